@@ -1,0 +1,87 @@
+"""The `NpEnv` contract: numpy-only batched environments with auto-reset.
+
+Everything the collector touches goes through this contract. It never imports
+torch: the collector process must stay free of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ACTOR_OBS_KEY = "actor"
+"""The observation key the actor reads (design: `obs` holds the actor observation)."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Static description of a batched environment; dimensions come from here, never from YAML."""
+
+    name: str
+    """registry name, e.g. `ant`"""
+    num_envs: int
+    """number of parallel environments (rows of every array)"""
+    obs_dims: dict[str, int]
+    """feature width per observation key (`actor`, optionally `critic`)"""
+    action_dim: int
+    """width of the action vector"""
+    action_low: np.ndarray
+    """lower action bound per dimension (float32)"""
+    action_high: np.ndarray
+    """upper action bound per dimension (float32)"""
+    dt: float
+    """seconds of simulated time per env step (timestep x frame skip)"""
+    max_episode_steps: int
+    """time limit after which an episode is truncated"""
+    gymnasium_id: str = ""
+    """the Gymnasium environment whose semantics this task reproduces"""
+    gymnasium_kwargs: dict[str, Any] = field(default_factory=dict)
+    """keyword options passed to Gymnasium that this task matches"""
+
+
+@dataclass
+class NpEnvState:
+    """What one `reset()` or `step()` returns; all arrays have `num_envs` rows.
+
+    `obs` is the observation to act on next: for envs that finished this step it
+    is already the first observation of the new episode. The observation that
+    ended the episode (needed to bootstrap truncated episodes) is in
+    `info["final_obs"]`, a dict of full arrays equal to `obs` on rows that did
+    not finish.
+    """
+
+    obs: dict[str, np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict[str, Any]
+
+    @property
+    def done(self) -> np.ndarray:
+        """Rows whose episode ended this step (terminated or truncated)."""
+        return self.terminated | self.truncated
+
+
+class NpEnv:
+    """Batched environment over numpy arrays with auto-reset of finished rows."""
+
+    spec: EnvSpec
+
+    def reset(self) -> NpEnvState:
+        """Reset every env and return the first observations."""
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> NpEnvState:
+        """Apply `actions` (num_envs, action_dim) in env units, auto-reset finished envs."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release native resources (worker threads)."""
+
+    def __enter__(self) -> NpEnv:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,211 @@
+"""`MujocoNpEnv`: the NpEnv contract over `mujoco_uni.batch_env.BatchEnvPool`.
+
+Hot path per `step`: one pool call (all envs, `frame_skip` substeps, sensors
+returned), vectorised numpy for observation/reward/termination, and one sparse
+`pool.reset` for every env that finished, failed or hit the time limit. No
+Python loop over envs anywhere.
+
+Physics failures are never silent. The pool stops stepping an env after a
+MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
+and a state can go non-finite. Such rows are reported as truncated with zero
+reward, their `final_obs` is the last finite observation (the one the action
+was chosen on), they are reset, and `info["physics_failures"]` counts them
+(`info["physics_failed"]` marks the rows).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import mujoco
+import numpy as np
+from mujoco_uni.batch_env import BatchEnvPool
+
+from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
+from envs.mujoco.task import MujocoTask, PhysicsView
+
+
+def resolve_cpu_ids(cpu_ids: Sequence[int] | None, nthread: int | None) -> tuple[list[int] | None, int]:
+    """Validate `cpu_ids` against the process affinity; return (ids, worker count)."""
+    available = sorted(os.sched_getaffinity(0))
+    if cpu_ids is None:
+        return None, (len(available) if nthread is None else int(nthread))
+    ids = [int(c) for c in cpu_ids]
+    if not ids:
+        raise ValueError(f"cpu_ids must be non-empty; CPUs available to this process: {available}")
+    bad = [c for c in ids if c not in available]
+    if bad:
+        raise ValueError(f"cpu_ids {bad} are not available to this process; available: {available}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"cpu_ids {ids} contain duplicates; available: {available}")
+    if nthread is not None and int(nthread) != len(ids):
+        raise ValueError(f"nthread={nthread} must equal len(cpu_ids)={len(ids)} (one pinned worker per CPU)")
+    return ids, len(ids)
+
+
+class MujocoNpEnv(NpEnv):
+    """Batched MuJoCo task with auto-reset, running in BatchEnvPool worker threads."""
+
+    def __init__(
+        self,
+        task: MujocoTask,
+        num_envs: int,
+        seed: int = 0,
+        nthread: int | None = None,
+        cpu_ids: Sequence[int] | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        ids, nthread = resolve_cpu_ids(cpu_ids, nthread)
+        self.task = task
+        self.model = task.build_model()
+        self.pool = BatchEnvPool(self.model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        self.num_envs = num_envs
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        m = self.model
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nstate = self.pool.nstate
+        self.frame_skip = task.frame_skip
+        self.dt = float(m.opt.timestep * task.frame_skip)
+        self._qpos_slice = slice(1, 1 + self.nq)
+        self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
+        self._state = np.zeros((num_envs, self.nstate))
+        self._sensordata = np.zeros((num_envs, m.nsensordata))
+        self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self._episode_return = np.zeros(num_envs, dtype=np.float64)
+        self._obs = np.zeros((num_envs, 0), dtype=np.float32)
+        self.physics_failures_total = 0
+        low, high = m.actuator_ctrlrange.T.astype(np.float32)
+        probe = task.observe(self._view(np.tile(self._initial_state_row(), (1, 1)), np.zeros((1, m.nsensordata))))
+        self.spec = EnvSpec(
+            name=task.name,
+            num_envs=num_envs,
+            obs_dims={ACTOR_OBS_KEY: int(probe.shape[1])},
+            action_dim=self.nu,
+            action_low=low,
+            action_high=high,
+            dt=self.dt,
+            max_episode_steps=task.max_episode_steps,
+            gymnasium_id=task.gymnasium_id,
+            gymnasium_kwargs=task.gymnasium_kwargs(),
+        )
+
+    # --- helpers ---------------------------------------------------------------
+    def _initial_state_row(self) -> np.ndarray:
+        row = np.zeros((1, self.nstate))
+        row[0, self._qpos_slice] = self.model.qpos0
+        return row
+
+    def _view(self, state: np.ndarray, sensordata: np.ndarray) -> PhysicsView:
+        return PhysicsView(qpos=state[:, self._qpos_slice], qvel=state[:, self._qvel_slice], sensordata=sensordata)
+
+    def _states_from(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+        states = np.zeros((qpos.shape[0], self.nstate))
+        states[:, self._qpos_slice] = qpos
+        states[:, self._qvel_slice] = qvel
+        return states
+
+    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
+        """Sparse batched reset of `env_ids` (sampled from the task's reset distribution unless given)."""
+        if states is None:
+            qpos, qvel = self.task.reset_qpos_qvel(self.rng, len(env_ids), self.model.qpos0, self.nv)
+            states = self._states_from(qpos, qvel)
+        new_state, new_sensor = self.pool.reset(env_ids, states)
+        self._state[env_ids] = new_state
+        self._sensordata[env_ids] = new_sensor
+        self._episode_length[env_ids] = 0
+        self._episode_return[env_ids] = 0.0
+
+    def _observe(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        view = self._view(self._state[rows], self._sensordata[rows])
+        return self.task.observe(view).astype(np.float32)
+
+    # --- contract --------------------------------------------------------------
+    def reset(self) -> NpEnvState:
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
+        return self._first_state()
+
+    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
+        """Place every env at the given (qpos, qvel) with time 0 (parity tests use this)."""
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self._states_from(qpos, qvel))
+        return self._first_state()
+
+    def _first_state(self) -> NpEnvState:
+        self._obs = self._observe()
+        n = self.num_envs
+        return NpEnvState(
+            obs={ACTOR_OBS_KEY: self._obs},
+            reward=np.zeros(n, dtype=np.float32),
+            terminated=np.zeros(n, dtype=bool),
+            truncated=np.zeros(n, dtype=bool),
+            info={"final_obs": {ACTOR_OBS_KEY: self._obs}, "physics_failures": 0},
+        )
+
+    def step(self, actions: np.ndarray) -> NpEnvState:
+        actions = np.asarray(actions, dtype=np.float64)
+        if actions.shape != (self.num_envs, self.nu):
+            raise ValueError(f"actions must have shape {(self.num_envs, self.nu)}, got {actions.shape}")
+        task = self.task
+        prev_obs = self._obs
+        progress_before = task.progress(self._view(self._state, self._sensordata))
+        prev_time = self._state[:, 0]
+        state, sensordata = self.pool.step(
+            self._state,
+            nstep=self.frame_skip,
+            control=actions,
+            return_sensor=True,
+            post_step_forward_sensor=task.fresh_sensors,
+        )
+        # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
+        advanced = state[:, 0] - prev_time
+        failed = (np.abs(advanced - self.dt) > 0.5 * self.model.opt.timestep) | ~np.isfinite(state).all(axis=1)
+        self._state = state
+        self._sensordata = sensordata
+        view = self._view(state, sensordata)
+
+        velocity = (task.progress(view) - progress_before) / self.dt
+        healthy = task.is_healthy(view)
+        terms = task.reward_terms(view, velocity, actions, healthy)
+        reward = np.sum(list(terms.values()), axis=0)
+        terminated = task.terminated(healthy) & ~failed
+        self._episode_length += 1
+        truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed
+        obs = self._observe()
+
+        n_failed = 0
+        if failed.any():
+            n_failed = int(failed.sum())
+            self.physics_failures_total += n_failed
+            reward = np.where(failed, 0.0, reward)
+            obs[failed] = prev_obs[failed]
+            for k in terms:
+                terms[k] = np.where(failed, 0.0, terms[k])
+        self._episode_return += reward
+        done = terminated | truncated
+        info: dict[str, Any] = {
+            "reward_terms": terms,
+            "physics_failures": n_failed,
+            "physics_failed": failed,
+            "episode_return": self._episode_return.copy(),
+            "episode_length": self._episode_length.copy(),
+        }
+        final_obs = obs
+        if done.any():
+            done_ids = np.flatnonzero(done).astype(np.int32)
+            final_obs = obs.copy()
+            self._reset_rows(done_ids)
+            obs[done_ids] = self._observe(done_ids)
+        self._obs = obs
+        return NpEnvState(
+            obs={ACTOR_OBS_KEY: obs},
+            reward=reward.astype(np.float32),
+            terminated=terminated,
+            truncated=truncated,
+            info={**info, "final_obs": {ACTOR_OBS_KEY: final_obs}},
+        )
+
+    def close(self) -> None:
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
+            self.pool = None

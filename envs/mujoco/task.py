@@ -1,0 +1,113 @@
+"""Base class of a MuJoCo task: the model, the reset distribution, observation, reward, termination.
+
+A task holds no per-env state; it maps batched physics arrays (rows = envs) to
+observations, reward terms and termination flags. `MujocoNpEnv` owns the pool,
+the state arrays and the auto-reset.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+
+
+def gymnasium_asset(filename: str) -> str:
+    """Path of an MJCF file shipped inside the installed gymnasium package (never copied)."""
+    import gymnasium
+
+    path = os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets", filename)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"gymnasium asset {filename!r} not found at {path}")
+    return path
+
+
+@dataclass
+class PhysicsView:
+    """Batched physics quantities a task reads after a step (rows = envs)."""
+
+    qpos: np.ndarray
+    """(n, nq) generalized positions after the step"""
+    qvel: np.ndarray
+    """(n, nv) generalized velocities after the step"""
+    sensordata: np.ndarray
+    """(n, nsensordata) sensors on the final state when the task asks for `fresh_sensors`"""
+
+
+class MujocoTask:
+    """One Gymnasium-v5 MuJoCo task, vectorised over envs with numpy."""
+
+    name: ClassVar[str]
+    gymnasium_id: ClassVar[str]
+    xml_file: ClassVar[str]
+    frame_skip: ClassVar[int]
+    max_episode_steps: ClassVar[int] = 1000
+    fresh_sensors: ClassVar[bool] = False
+    """Recompute sensors on the final state of a step (one extra mj_forward per env)."""
+    defaults: ClassVar[dict[str, Any]] = {}
+    """Gymnasium keyword arguments and their values (all tunable through task overrides)."""
+    gymnasium_fixed_kwargs: ClassVar[dict[str, Any]] = {}
+    """Gymnasium keyword options this task always matches (terms the pool cannot provide)."""
+
+    def __init__(self, **overrides: Any) -> None:
+        unknown = sorted(set(overrides) - set(self.defaults) - {"max_episode_steps"})
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for task {self.name!r}; valid: {sorted(self.defaults) + ['max_episode_steps']}"
+            )
+        self.max_episode_steps = int(overrides.pop("max_episode_steps", type(self).max_episode_steps))
+        self.cfg = {**self.defaults, **overrides}
+
+    # --- model -----------------------------------------------------------------
+    def build_spec(self) -> mujoco.MjSpec:
+        """The MJCF file as an MjSpec; tasks add sensors here (the file stays untouched)."""
+        return mujoco.MjSpec.from_file(gymnasium_asset(self.xml_file))
+
+    def build_model(self) -> mujoco.MjModel:
+        """Compile the model the pool clones."""
+        return self.build_spec().compile()
+
+    def gymnasium_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments that make `gymnasium.make(gymnasium_id, **kwargs)` match this task."""
+        return {**self.cfg, **self.gymnasium_fixed_kwargs}
+
+    # --- episode -----------------------------------------------------------------
+    def reset_qpos_qvel(
+        self, rng: np.random.Generator, n: int, qpos0: np.ndarray, nv: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Initial (qpos, qvel) rows: Gymnasium's uniform noise on both (overridden where it differs)."""
+        s = self.cfg["reset_noise_scale"]
+        qpos = qpos0 + rng.uniform(-s, s, size=(n, qpos0.shape[0]))
+        qvel = rng.uniform(-s, s, size=(n, nv))
+        return qpos, qvel
+
+    def observe(self, p: PhysicsView) -> np.ndarray:
+        """Actor observation rows (float64; the env casts to float32)."""
+        raise NotImplementedError
+
+    def progress(self, p: PhysicsView) -> np.ndarray:
+        """(n, k) positions whose finite difference over dt gives the forward velocity terms."""
+        return p.qpos[:, :1]
+
+    def is_healthy(self, p: PhysicsView) -> np.ndarray:
+        """(n,) bool: Gymnasium's healthy rule; tasks without one are always healthy."""
+        return np.ones(p.qpos.shape[0], dtype=bool)
+
+    def reward_terms(
+        self, p: PhysicsView, velocity: np.ndarray, action: np.ndarray, healthy: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Named reward terms with Gymnasium's `reward_*` info names; the reward is their sum."""
+        raise NotImplementedError
+
+    def terminated(self, healthy: np.ndarray) -> np.ndarray:
+        """Gymnasium's termination: unhealthy while `terminate_when_unhealthy`."""
+        if self.cfg.get("terminate_when_unhealthy", False):
+            return ~healthy
+        return np.zeros_like(healthy)
+
+    def control_cost(self, action: np.ndarray) -> np.ndarray:
+        """ctrl_cost_weight * |a|^2 on the action as given (Gymnasium does not clip it)."""
+        return self.cfg["ctrl_cost_weight"] * np.sum(np.square(action), axis=1)

@@ -1,0 +1,32 @@
+"""Task registry and the public factory `make`."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from envs.core import NpEnv
+
+
+def registry_names() -> list[str]:
+    """Names `make` accepts."""
+    from envs.tasks import TASKS
+
+    return sorted(TASKS)
+
+
+def make(
+    name: str,
+    num_envs: int,
+    seed: int = 0,
+    nthread: int | None = None,
+    cpu_ids: Sequence[int] | None = None,
+    **task_overrides: Any,
+) -> NpEnv:
+    """Build the batched env `name` with `num_envs` rows; CPU affinity is fixed here (cold path)."""
+    from envs.mujoco.np_env import MujocoNpEnv
+    from envs.tasks import TASKS
+
+    if name not in TASKS:
+        raise ValueError(f"unknown env {name!r}; valid names: {', '.join(sorted(TASKS))}")
+    task = TASKS[name](**task_overrides)
+    return MujocoNpEnv(task, num_envs=num_envs, seed=seed, nthread=nthread, cpu_ids=cpu_ids)

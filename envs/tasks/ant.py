@@ -1,0 +1,64 @@
+"""Ant: Gymnasium `Ant-v5` with `include_cfrc_ext_in_observation=False, contact_cost_weight=0`.
+
+The pool returns physics state and sensordata only, so `cfrc_ext` (external
+contact wrenches, 78 observation entries and the contact cost) is not
+available; these are the Gymnasium keywords that drop it. Everything else is
+Ant-v5's: frame skip 5, forward reward from the torso position, healthy
+reward 1, ctrl cost 0.5, healthy z in [0.2, 1.0], reset noise 0.1 (uniform
+qpos, normal qvel).
+
+Forward velocity: Gymnasium differences `data.body("torso").xpos` across the
+step. Ant integrates with RK4, and after `mj_step` MuJoCo leaves `xpos` at the
+last RK4 stage's kinematics, an O(dt^2) approximation of the final position.
+The torso is the free joint's body, so its exact final position is qpos[0:3]:
+this task differences that (the parity test states the resulting tolerance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.mujoco.task import MujocoTask, PhysicsView
+
+
+class Ant(MujocoTask):
+    """Quadruped locomotion (Ant-v5)."""
+
+    name = "ant"
+    gymnasium_id = "Ant-v5"
+    xml_file = "ant.xml"
+    frame_skip = 5
+    defaults = dict(
+        forward_reward_weight=1.0,
+        ctrl_cost_weight=0.5,
+        healthy_reward=1.0,
+        terminate_when_unhealthy=True,
+        healthy_z_range=(0.2, 1.0),
+        reset_noise_scale=0.1,
+    )
+    gymnasium_fixed_kwargs = dict(include_cfrc_ext_in_observation=False, contact_cost_weight=0.0)
+
+    def reset_qpos_qvel(self, rng, n, qpos0, nv):
+        s = self.cfg["reset_noise_scale"]
+        qpos = qpos0 + rng.uniform(-s, s, size=(n, qpos0.shape[0]))
+        qvel = s * rng.standard_normal(size=(n, nv))
+        return qpos, qvel
+
+    def observe(self, p: PhysicsView) -> np.ndarray:
+        return np.concatenate([p.qpos[:, 2:], p.qvel], axis=1)
+
+    def progress(self, p: PhysicsView) -> np.ndarray:
+        return p.qpos[:, 0:2]
+
+    def is_healthy(self, p: PhysicsView) -> np.ndarray:
+        lo, hi = self.cfg["healthy_z_range"]
+        z = p.qpos[:, 2]
+        finite = np.isfinite(p.qpos).all(axis=1) & np.isfinite(p.qvel).all(axis=1)
+        return finite & (lo <= z) & (z <= hi)
+
+    def reward_terms(self, p, velocity, action, healthy):
+        return {
+            "reward_forward": self.cfg["forward_reward_weight"] * velocity[:, 0],
+            "reward_ctrl": -self.control_cost(action),
+            "reward_survive": self.cfg["healthy_reward"] * healthy,
+        }

@@ -1,0 +1,36 @@
+"""HalfCheetah: Gymnasium `HalfCheetah-v5`, complete (every term is in the state).
+
+Frame skip 5, forward weight 1, ctrl cost 0.1, no termination, reset noise
+0.1 (uniform qpos, normal qvel); observation qpos[1:] and qvel (17 entries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.mujoco.task import MujocoTask, PhysicsView
+
+
+class HalfCheetah(MujocoTask):
+    """Planar running (HalfCheetah-v5)."""
+
+    name = "halfcheetah"
+    gymnasium_id = "HalfCheetah-v5"
+    xml_file = "half_cheetah.xml"
+    frame_skip = 5
+    defaults = dict(forward_reward_weight=1.0, ctrl_cost_weight=0.1, reset_noise_scale=0.1)
+
+    def reset_qpos_qvel(self, rng, n, qpos0, nv):
+        s = self.cfg["reset_noise_scale"]
+        qpos = qpos0 + rng.uniform(-s, s, size=(n, qpos0.shape[0]))
+        qvel = s * rng.standard_normal(size=(n, nv))
+        return qpos, qvel
+
+    def observe(self, p: PhysicsView) -> np.ndarray:
+        return np.concatenate([p.qpos[:, 1:], p.qvel], axis=1)
+
+    def reward_terms(self, p, velocity, action, healthy):
+        return {
+            "reward_forward": self.cfg["forward_reward_weight"] * velocity[:, 0],
+            "reward_ctrl": -self.control_cost(action),
+        }

@@ -1,0 +1,51 @@
+"""Hopper: Gymnasium `Hopper-v5`, complete (every term is in the state).
+
+Frame skip 4, forward weight 1, healthy reward 1, ctrl cost 1e-3; healthy when
+every qpos[2:]/qvel entry is in (-100, 100), z in (0.7, inf) and the torso
+angle in (-0.2, 0.2); reset noise 5e-3 uniform; observation qpos[1:] and qvel
+clipped to [-10, 10] (11 entries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.mujoco.task import MujocoTask, PhysicsView
+
+
+class Hopper(MujocoTask):
+    """Planar one-legged hopping (Hopper-v5)."""
+
+    name = "hopper"
+    gymnasium_id = "Hopper-v5"
+    xml_file = "hopper.xml"
+    frame_skip = 4
+    defaults = dict(
+        forward_reward_weight=1.0,
+        ctrl_cost_weight=1e-3,
+        healthy_reward=1.0,
+        terminate_when_unhealthy=True,
+        healthy_state_range=(-100.0, 100.0),
+        healthy_z_range=(0.7, float("inf")),
+        healthy_angle_range=(-0.2, 0.2),
+        reset_noise_scale=5e-3,
+    )
+
+    def observe(self, p: PhysicsView) -> np.ndarray:
+        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1)
+
+    def is_healthy(self, p: PhysicsView) -> np.ndarray:
+        s_lo, s_hi = self.cfg["healthy_state_range"]
+        z_lo, z_hi = self.cfg["healthy_z_range"]
+        a_lo, a_hi = self.cfg["healthy_angle_range"]
+        state = np.concatenate([p.qpos[:, 2:], p.qvel], axis=1)
+        healthy_state = np.all((s_lo < state) & (state < s_hi), axis=1)
+        z, angle = p.qpos[:, 1], p.qpos[:, 2]
+        return healthy_state & (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
+
+    def reward_terms(self, p, velocity, action, healthy):
+        return {
+            "reward_forward": self.cfg["forward_reward_weight"] * velocity[:, 0],
+            "reward_ctrl": -self.control_cost(action),
+            "reward_survive": self.cfg["healthy_reward"] * healthy,
+        }

@@ -1,0 +1,46 @@
+"""Walker2d: Gymnasium `Walker2d-v5` (its `walker2d_v5.xml`), complete.
+
+Frame skip 4, forward weight 1, healthy reward 1, ctrl cost 1e-3; healthy when
+z in (0.8, 2) and the torso angle in (-1, 1); reset noise 5e-3 uniform;
+observation qpos[1:] and qvel clipped to [-10, 10] (17 entries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.mujoco.task import MujocoTask, PhysicsView
+
+
+class Walker2d(MujocoTask):
+    """Planar bipedal walking (Walker2d-v5)."""
+
+    name = "walker2d"
+    gymnasium_id = "Walker2d-v5"
+    xml_file = "walker2d_v5.xml"
+    frame_skip = 4
+    defaults = dict(
+        forward_reward_weight=1.0,
+        ctrl_cost_weight=1e-3,
+        healthy_reward=1.0,
+        terminate_when_unhealthy=True,
+        healthy_z_range=(0.8, 2.0),
+        healthy_angle_range=(-1.0, 1.0),
+        reset_noise_scale=5e-3,
+    )
+
+    def observe(self, p: PhysicsView) -> np.ndarray:
+        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1)
+
+    def is_healthy(self, p: PhysicsView) -> np.ndarray:
+        z_lo, z_hi = self.cfg["healthy_z_range"]
+        a_lo, a_hi = self.cfg["healthy_angle_range"]
+        z, angle = p.qpos[:, 1], p.qpos[:, 2]
+        return (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
+
+    def reward_terms(self, p, velocity, action, healthy):
+        return {
+            "reward_forward": self.cfg["forward_reward_weight"] * velocity[:, 0],
+            "reward_ctrl": -self.control_cost(action),
+            "reward_survive": self.cfg["healthy_reward"] * healthy,
+        }
