@@ -1,0 +1,1 @@
+"""Benchmarks: each script writes JSON/CSV under benchmark/outputs/."""

@@ -1,0 +1,430 @@
+"""The off-policy algorithm contract and the machinery that keeps its hot paths capturable.
+
+Hot paths (the update phase, the inference tick) are written as device-only code:
+static shapes, no `.item()`, no host branching on device values, optimizer steps
+with tensor learning rates. On CUDA they can then be run three ways: eagerly,
+with `torch.compile` on the loss functions, and captured as CUDA graphs (one graph
+per update-phase shape, one per inference batch size). On CPU everything is eager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from envs.core import ACTOR_OBS_KEY, EnvSpec
+
+CRITIC_OBS_KEY = "critic"
+"""Observation key of privileged critic inputs; the critic falls back to `actor` without it."""
+
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+
+
+# --------------------------------------------------------------------------- maths shared by both algorithms
+
+
+def tanh_log_det_jacobian(pre_tanh: Tensor) -> Tensor:
+    """log(1 - tanh(u)^2) per element, in the overflow-free form 2 (log 2 - u - softplus(-2u))."""
+    return 2.0 * (math.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh))
+
+
+def tanh_gaussian_log_prob(pre_tanh: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
+    """log-density of a = tanh(u), u ~ N(mean, exp(log_std)^2), summed over the last dim."""
+    z = (pre_tanh - mean) * torch.exp(-log_std)
+    gauss = -0.5 * z.pow(2) - log_std - 0.5 * math.log(2.0 * math.pi)
+    return (gauss - tanh_log_det_jacobian(pre_tanh)).sum(-1)
+
+
+def tanh_gaussian_sample(mean: Tensor, log_std: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Reparameterised action tanh(mean + std * noise) and its log-probability."""
+    if noise is None:
+        noise = torch.randn_like(mean)
+    pre_tanh = mean + torch.exp(log_std) * noise
+    return torch.tanh(pre_tanh), tanh_gaussian_log_prob(pre_tanh, mean, log_std)
+
+
+def squash_log_std(raw: Tensor, log_std_min: float, log_std_max: float) -> Tensor:
+    """Map an unbounded head output into [log_std_min, log_std_max] through tanh."""
+    return log_std_min + 0.5 * (log_std_max - log_std_min) * (torch.tanh(raw) + 1.0)
+
+
+def bootstrap_discount(gamma: float, terminated: Tensor) -> Tensor:
+    """Per-row discount of the next-state value: 0 on termination, gamma otherwise (truncation keeps it)."""
+    return gamma * (1.0 - terminated)
+
+
+@torch.no_grad()
+def soft_update_(target: Sequence[Tensor], online: Sequence[Tensor], tau: float) -> None:
+    """Polyak step target <- target + tau * (online - target), one fused foreach kernel."""
+    torch._foreach_lerp_(list(target), list(online), tau)
+
+
+# --------------------------------------------------------------------------- optimisation helpers
+
+
+def make_adam(
+    params: Iterable[Tensor],
+    lr: Tensor,
+    betas: Sequence[float],
+    weight_decay: float,
+    decoupled: bool = True,
+) -> torch.optim.Optimizer:
+    """Fused Adam(W) with a tensor learning rate; capturable on CUDA (graph-safe, no host sync)."""
+    params = list(params)
+    cls = torch.optim.AdamW if decoupled else torch.optim.Adam
+    return cls(
+        params,
+        lr=lr,
+        betas=(float(betas[0]), float(betas[1])),
+        weight_decay=weight_decay,
+        fused=True,
+        capturable=lr.device.type == "cuda",
+    )
+
+
+def optimizer_state_dict(opt: torch.optim.Optimizer) -> dict:
+    """Optimizer state with the learning-rate tensors detached into plain floats-as-tensors copies."""
+    state = opt.state_dict()
+    for group in state["param_groups"]:
+        if isinstance(group["lr"], Tensor):
+            group["lr"] = group["lr"].detach().clone()
+    return state
+
+
+def load_optimizer_state_dict(opt: torch.optim.Optimizer, state: dict) -> None:
+    """Load `state` but keep this optimizer's own lr tensors and device flags (graphs point at them)."""
+    own = [(g["lr"], g["fused"], g["capturable"]) for g in opt.param_groups]
+    opt.load_state_dict(state)
+    for group, (lr, fused, capturable) in zip(opt.param_groups, own):
+        if isinstance(lr, Tensor):
+            lr.copy_(torch.as_tensor(group["lr"]))
+            group["lr"] = lr
+        group["fused"], group["capturable"] = fused, capturable
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if st and "step" in st:
+                device = p.device if (fused or capturable) else torch.device("cpu")
+                st["step"] = st["step"].to(device=device, dtype=torch.float32)
+
+
+class LossScaler:
+    """Dynamic loss scaling for fp16 autocast, entirely on the device (no host sync, graph-safe).
+
+    Gradients are unscaled in place and a non-finite check sets `found_inf`, which the
+    fused optimizer reads to skip the step; the scale then grows or backs off on the
+    device. Disabled it is a plain `backward(); step()`.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        enabled: bool,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ) -> None:
+        self.enabled = enabled
+        self.scale = torch.full((), init_scale if enabled else 1.0, device=device, dtype=torch.float32)
+        self.growth_tracker = torch.zeros((), device=device, dtype=torch.int32)
+        self.growth_factor, self.backoff_factor, self.growth_interval = growth_factor, backoff_factor, growth_interval
+
+    def step(
+        self, loss: Tensor, optimizer: torch.optim.Optimizer, params: Sequence[Tensor], max_grad_norm: float = 0.0
+    ) -> None:
+        """backward(loss * scale), unscale, optional clip, fused step (skipped on inf/NaN), scale update."""
+        if not self.enabled:
+            loss.backward()
+            if max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+            optimizer.step()
+            return
+        (loss.float() * self.scale).backward()
+        grads = [p.grad for p in params if p.grad is not None]
+        found_inf = torch.zeros((), device=self.scale.device, dtype=torch.float32)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, self.scale.reciprocal())
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+        optimizer.found_inf = found_inf  # the fused kernel skips the update when it is nonzero
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+        torch._amp_update_scale_(
+            self.scale, self.growth_tracker, found_inf, self.growth_factor, self.backoff_factor, self.growth_interval
+        )
+
+    def state_dict(self) -> dict:
+        """Scale and growth tracker."""
+        return {"scale": self.scale.detach().clone(), "growth_tracker": self.growth_tracker.detach().clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """In-place load (captured graphs keep pointing at the same tensors)."""
+        self.scale.copy_(state["scale"])
+        self.growth_tracker.copy_(state["growth_tracker"])
+
+
+def set_requires_grad(module: nn.Module, flag: bool) -> None:
+    """Freeze or unfreeze a module's parameters."""
+    for p in module.parameters():
+        p.requires_grad_(flag)
+
+
+@contextlib.contextmanager
+def frozen(module: nn.Module):
+    """Parameters of `module` take no gradient inside the block (e.g. the critic inside the actor loss)."""
+    set_requires_grad(module, False)
+    try:
+        yield
+    finally:
+        set_requires_grad(module, True)
+
+
+# --------------------------------------------------------------------------- CUDA-graph capture
+
+
+class CapturedCall:
+    """Run `fn(*tensors)` eagerly for `warmup` calls on a side stream, then capture it once and replay.
+
+    Every call does real work, the warm-up calls included: capture records without
+    executing, so the capturing call replays right after. Inputs are copied into the
+    static input tensors before each replay; outputs are cloned so callers may keep them.
+    `fn` must return a tensor or a dict of tensors. If capture fails, the error is kept
+    in `error`, a warning is issued and every later call runs `fn` eagerly.
+    """
+
+    def __init__(self, fn: Callable, warmup: int) -> None:
+        self.fn = fn
+        self.warmup = max(1, int(warmup))
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_in: list[Tensor] = []
+        self.static_out = None
+        self.error: str | None = None
+
+    def __call__(self, *tensors: Tensor):
+        if self.error is not None:
+            return self.fn(*tensors)
+        if self.graph is None and self.calls < self.warmup:
+            self.calls += 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = self.fn(*tensors)
+            main = torch.cuda.current_stream()
+            main.wait_stream(side)
+            for t in _flat_tensors(out):
+                t.record_stream(main)
+            return out
+        if self.graph is None:
+            self.static_in = [t.detach().clone() for t in tensors]
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    self.static_out = self.fn(*self.static_in)
+            except Exception as exc:  # kernels are not run during capture: state is as before the call
+                self.error = f"{type(exc).__name__}: {exc}"
+                self.static_in, self.static_out = [], None
+                warnings.warn(f"CUDA-graph capture failed, running eagerly instead: {self.error}", stacklevel=2)
+                return self.fn(*tensors)
+            self.graph = graph
+        else:
+            for dst, src in zip(self.static_in, tensors):
+                dst.copy_(src)
+        self.graph.replay()
+        return _clone_out(self.static_out)
+
+
+def _flat_tensors(out) -> list[Tensor]:
+    if isinstance(out, Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [v for v in out.values() if isinstance(v, Tensor)]
+    return []
+
+
+def _clone_out(out):
+    if isinstance(out, Tensor):
+        return out.clone()
+    if not out:
+        return {}
+    names = list(out)
+    stacked = torch.stack([out[k].float() for k in names])  # one copy for all metrics
+    return dict(zip(names, stacked.unbind(0)))
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+class OffPolicyAlgorithm:
+    """One learner-owned off-policy algorithm: the only actor, critics, optimizers and exploration state.
+
+    Subclasses implement `_schedule`, `_phase`, `_explore`, `_act`, `_changes_policy`,
+    `_state` and `_load_state`; this class turns them into the public contract and
+    chooses eager, compiled or CUDA-graph execution.
+    """
+
+    actor: nn.Module
+    """the only actor (`learner.actor` refers to it)"""
+    updates_per_step: int
+    """default gradient updates per vector env step"""
+    batch_size: int
+    """transitions per gradient update"""
+    policy_version: int
+    """advances by one at the end of each update phase that changed what `explore`/`act` compute"""
+
+    def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.device = torch.device(device)
+        on_cuda = self.device.type == "cuda"
+        if cfg.amp not in _AMP_DTYPES:
+            raise ValueError(f"algo.amp must be one of {sorted(_AMP_DTYPES)}, got {cfg.amp!r}")
+        self.amp_dtype = _AMP_DTYPES[cfg.amp] if on_cuda else None
+        self.use_compile = bool(cfg.compile) and on_cuda
+        self.use_cuda_graphs = bool(cfg.cuda_graphs) and on_cuda
+        self.compile_mode = str(cfg.compile_mode)
+        self.graph_warmup_calls = int(cfg.graph_warmup_calls)
+        if self.use_compile and self.use_cuda_graphs and self.compile_mode in ("reduce-overhead", "max-autotune"):
+            raise ValueError(
+                f"compile_mode={self.compile_mode!r} brings its own CUDA graphs; with algo.cuda_graphs=true use "
+                "'default' or 'max-autotune-no-cudagraphs'"
+            )
+        self.updates_per_step = int(cfg.updates_per_step)
+        self.batch_size = int(cfg.batch_size)
+        self.gamma = float(cfg.gamma)
+        self.tau = float(cfg.tau)
+        self.action_dim = int(spec.action_dim)
+        self.num_envs = int(spec.num_envs)
+        self.actor_key = ACTOR_OBS_KEY
+        self.critic_key = CRITIC_OBS_KEY if CRITIC_OBS_KEY in spec.obs_dims else ACTOR_OBS_KEY
+        self.actor_obs_dim = int(spec.obs_dims[self.actor_key])
+        self.critic_obs_dim = int(spec.obs_dims[self.critic_key])
+        self.policy_version = 0
+        self.total_updates = 0
+        """gradient updates done so far (host counter: the actor-update schedule derives from it)"""
+        self._captured: dict[tuple, CapturedCall] = {}
+
+    # ------------------------------------------------------------------ public contract
+
+    def explore(self, obs: dict[str, Tensor], reset_mask: Tensor) -> Tensor:
+        """Stochastic actions in [-1, 1], (N, action_dim), no grad; resets per-env exploration state on `reset_mask`."""
+        obs_actor = obs[self.actor_key].to(self.device, non_blocking=True)  # no-op for device tensors
+        reset_mask = reset_mask.to(device=self.device, dtype=torch.bool, non_blocking=True)
+        if self.use_cuda_graphs:
+            key = ("explore", tuple(obs_actor.shape))
+            return self._captured_call(key, self._explore_flat)(obs_actor, reset_mask)
+        return self._explore_flat(obs_actor, reset_mask)
+
+    def act(self, obs: dict[str, Tensor]) -> Tensor:
+        """Deterministic (mean) actions in [-1, 1] for evaluation, no grad."""
+        obs_actor = obs[self.actor_key].to(self.device, non_blocking=True)
+        if self.use_cuda_graphs:
+            key = ("act", tuple(obs_actor.shape))
+            return self._captured_call(key, self._act_flat)(obs_actor)
+        return self._act_flat(obs_actor)
+
+    def update_phase(self, replay, num_updates: int) -> dict[str, Tensor]:
+        """Run `num_updates` gradient updates sampling from `replay` on the device; metrics stay device scalars."""
+        num_updates = int(num_updates)
+        if num_updates <= 0:
+            return {}
+        schedule = self._schedule(num_updates)
+        if self.use_cuda_graphs:
+            key = ("phase", id(replay), schedule)
+            metrics = self._captured_call(key, lambda: self._phase(replay, schedule))()
+        else:
+            metrics = self._phase(replay, schedule)
+        self.total_updates += num_updates
+        if self._changes_policy(schedule):
+            self.policy_version += 1
+        return metrics
+
+    def observe(self, reward: Tensor, terminated: Tensor, truncated: Tensor) -> None:
+        """Called once per ingested vector step, in env order (running reward statistics); default no-op."""
+
+    def state_dict(self) -> dict:
+        """All networks, targets, optimizers, scalers, normalisers, temperature and counters (no RNG state)."""
+        state = self._state()
+        state["counters"] = {"policy_version": self.policy_version, "total_updates": self.total_updates}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of `state_dict`; drops captured graphs (optimizer state tensors are replaced)."""
+        self._captured.clear()
+        self._load_state(state)
+        self.policy_version = int(state["counters"]["policy_version"])
+        self.total_updates = int(state["counters"]["total_updates"])
+
+    # ------------------------------------------------------------------ helpers for subclasses
+
+    def autocast(self):
+        """Autocast context of the configured AMP dtype (a no-op on CPU or with amp=none).
+
+        The cast cache stays off: cached casts would be baked into a captured graph.
+        """
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, cache_enabled=False)
+
+    def maybe_compile(self, fn: Callable) -> Callable:
+        """`torch.compile(fn)` when compilation is on, else `fn`."""
+        if not self.use_compile:
+            return fn
+        return torch.compile(fn, mode=self.compile_mode, dynamic=False)
+
+    @property
+    def graph_errors(self) -> dict[str, str]:
+        """Captures that failed and fell back to eager execution (empty when all graphs work)."""
+        return {
+            str(tuple(k for k in key if not isinstance(k, int))): call.error
+            for key, call in self._captured.items()
+            if call.error
+        }
+
+    def _captured_call(self, key: tuple, fn: Callable) -> CapturedCall:
+        call = self._captured.get(key)
+        if call is None:
+            call = self._captured[key] = CapturedCall(fn, self.graph_warmup_calls)
+        return call
+
+    @torch.no_grad()
+    def _explore_flat(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
+        return self._explore(obs_actor, reset_mask)
+
+    @torch.no_grad()
+    def _act_flat(self, obs_actor: Tensor) -> Tensor:
+        return self._act(obs_actor)
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def _schedule(self, num_updates: int) -> tuple[bool, ...]:
+        """For each of the next `num_updates` updates: does the actor update too?"""
+        raise NotImplementedError
+
+    def _changes_policy(self, schedule: tuple[bool, ...]) -> bool:
+        """Whether a phase with this schedule changes what explore/act compute."""
+        raise NotImplementedError
+
+    def _phase(self, replay, schedule: tuple[bool, ...]) -> dict[str, Tensor]:
+        """Sample and run one phase of updates; device-only code."""
+        raise NotImplementedError
+
+    def _explore(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _act(self, obs_actor: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def _load_state(self, state: dict) -> None:
+        raise NotImplementedError

@@ -1,0 +1,303 @@
+"""FlashSAC: fast and stable SAC with normalised networks and a categorical critic."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from envs.core import EnvSpec
+from offpolicy.algorithms.base import (
+    LossScaler,
+    OffPolicyAlgorithm,
+    bootstrap_discount,
+    frozen,
+    load_optimizer_state_dict,
+    make_adam,
+    optimizer_state_dict,
+    set_requires_grad,
+    soft_update_,
+    tanh_gaussian_sample,
+)
+from offpolicy.algorithms.distributional import categorical_projection, expected_value
+from offpolicy.algorithms.exploration import ZetaNoiseHold
+from offpolicy.algorithms.networks import FlashSACActor, FlashSACCritic, renormalize_modules
+from offpolicy.algorithms.normalizers import RewardScaler
+
+
+def unified_target_entropy(action_dim: int, sigma: float) -> float:
+    """FlashSAC's target entropy 1/2 |A| log(2 pi e sigma^2): a Gaussian of std sigma per action dim."""
+    return 0.5 * action_dim * math.log(2.0 * math.pi * math.e * sigma**2)
+
+
+class LRSchedule:
+    """Linear warm-up from lr_init to lr_peak, then cosine decay to lr_end; evaluated on the device.
+
+    Each optimizer has its own step counter (a device tensor), like a LambdaLR stepped
+    after every optimizer step in the reference.
+    """
+
+    def __init__(self, cfg: DictConfig, device: torch.device) -> None:
+        self.init, self.peak, self.end = float(cfg.lr_init), float(cfg.lr_peak), float(cfg.lr_end)
+        self.warmup = int(cfg.lr_warmup_updates)
+        self.decay = max(int(cfg.lr_decay_updates), self.warmup + 1)
+        self.device = device
+
+    def value(self, step: Tensor) -> Tensor:
+        """Learning rate at optimizer step `step` (float tensor)."""
+        warm = self.init + (self.peak - self.init) * step / max(self.warmup, 1)
+        progress = ((step - self.warmup) / (self.decay - self.warmup)).clamp(0.0, 1.0)
+        cosine = self.end + (self.peak - self.end) * 0.5 * (1.0 + torch.cos(math.pi * progress))
+        return torch.where(step < self.warmup, warm, cosine)
+
+    def advance(self, lr: Tensor, step: Tensor) -> None:
+        """Write the lr of step `step` into `lr`, then count the step."""
+        lr.copy_(self.value(step))
+        step.add_(1.0)
+
+
+class FlashSAC(OffPolicyAlgorithm):
+    """FlashSAC (Kim, Lee et al., "FlashSAC: Fast and Stable Off-Policy Reinforcement Learning for
+    High-Dimensional Robot Control", arXiv 2604.04539).
+
+    Facts taken from the official code (Holiday-Robot/FlashSAC, `flash_rl/agents/flashSAC`):
+    BatchNorm on the raw input instead of observation normalisation, a bias-free
+    unit-norm linear embedder, inverted-residual blocks (expand x4, BatchNorm, ReLU)
+    and a final RMSNorm; every linear row and norm scale renormalised after each
+    optimizer step; twin categorical critics (101 bins on [-G_max, G_max], G_max 5)
+    with adaptive reward scaling and the target taken from the critic with the lower
+    mean (min-Q selection); cross-batch value prediction ((s, a) and (s', a') in one
+    forward pass so BatchNorm statistics are shared); a tanh-Gaussian actor with
+    log-std in [-10, 2] updated on every 2nd update from cross-batch (s, s') BatchNorm
+    statistics against min-Q of the critics on running statistics; the unified target
+    entropy 1/2 |A| log(2 pi e 0.15^2); exploration noise held for k ~ Zeta(2) steps
+    (k <= 16); initial temperature 0.01; tau 0.01; Adam at 3e-4 decaying to 1.5e-4;
+    fp16 autocast with loss scaling; GPU recipe batch 2048 with 2 updates per vector
+    step of 1024 envs, critic 256 wide x 2 blocks, actor 128 wide x 2 blocks.
+    """
+
+    def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device) -> None:
+        super().__init__(cfg, spec, device)
+        dev = self.device
+        self.actor_update_period = int(cfg.actor_update_period)
+        self.target_entropy = unified_target_entropy(self.action_dim, float(cfg.target_sigma))
+        momentum, expansion = float(cfg.bn_momentum), int(cfg.expansion)
+        self.actor = FlashSACActor(
+            self.actor_obs_dim,
+            self.action_dim,
+            int(cfg.actor_hidden_dim),
+            int(cfg.actor_num_blocks),
+            expansion,
+            momentum,
+            float(cfg.log_std_min),
+            float(cfg.log_std_max),
+        ).to(dev)
+        self.critic = FlashSACCritic(
+            self.critic_obs_dim,
+            self.action_dim,
+            int(cfg.critic_hidden_dim),
+            int(cfg.critic_num_blocks),
+            expansion,
+            momentum,
+            int(cfg.num_bins),
+            int(cfg.num_critics),
+        ).to(dev)
+        self.target_critic = copy.deepcopy(self.critic)
+        set_requires_grad(self.target_critic, False)
+        self.log_temp = nn.Parameter(torch.full((1,), math.log(float(cfg.temp_init)), device=dev))
+        g_max = float(cfg.normalized_g_max)
+        self.atoms = torch.linspace(-g_max, g_max, int(cfg.num_bins), device=dev)
+        self.reward_scaler = RewardScaler(self.num_envs, self.gamma, g_max).to(dev) if cfg.reward_scaling else None
+        self.noise_hold = ZetaNoiseHold(
+            self.num_envs, self.action_dim, float(cfg.noise_zeta_mu), int(cfg.noise_zeta_max)
+        ).to(dev)
+
+        self.lr_schedule = LRSchedule(cfg, dev)
+        self.actor_params = list(self.actor.parameters())
+        self.critic_params = list(self.critic.parameters())
+        self.target_params = list(self.target_critic.parameters())
+        self.lrs = {name: torch.tensor(float(cfg.lr_init), device=dev) for name in ("actor", "critic", "temp")}
+        self.opt_steps = {name: torch.zeros((), device=dev) for name in self.lrs}
+        self.actor_opt = make_adam(self.actor_params, self.lrs["actor"], (0.9, 0.999), 0.0, decoupled=False)
+        self.critic_opt = make_adam(self.critic_params, self.lrs["critic"], (0.9, 0.999), 0.0, decoupled=False)
+        self.temp_opt = make_adam([self.log_temp], self.lrs["temp"], (0.9, 0.999), 0.0, decoupled=False)
+        self.scaler = LossScaler(dev, enabled=self.amp_dtype == torch.float16)
+
+        self._critic_loss = self.maybe_compile(self._critic_loss_fn)
+        self._actor_loss = self.maybe_compile(self._actor_loss_fn)
+        self._renormalize_actor = self.maybe_compile(lambda: renormalize_modules(self.actor))
+        self._renormalize_critic = self.maybe_compile(lambda: renormalize_modules(self.critic))
+        self._explore_fn = self.maybe_compile(self._explore_impl)
+        self._act_fn = self.maybe_compile(self._act_impl)
+
+    # ------------------------------------------------------------------ schedule
+
+    def _schedule(self, num_updates: int) -> tuple[bool, ...]:
+        start, period = self.total_updates, self.actor_update_period
+        return tuple((start + i) % period == 0 for i in range(num_updates))
+
+    def _changes_policy(self, schedule: tuple[bool, ...]) -> bool:
+        return any(schedule)  # actor weights and its BatchNorm statistics change only in actor updates
+
+    def observe(self, reward: Tensor, terminated: Tensor, truncated: Tensor) -> None:
+        """Fold one ingested vector step into the running return statistics of the reward scaler."""
+        if self.reward_scaler is not None:
+            dev, f32 = self.device, torch.float32
+            self.reward_scaler.update(
+                torch.as_tensor(reward, device=dev, dtype=f32),
+                torch.as_tensor(terminated, device=dev, dtype=f32),
+                torch.as_tensor(truncated, device=dev, dtype=f32),
+            )
+
+    # ------------------------------------------------------------------ losses (compiled when on)
+
+    def _actor_loss_fn(self, obs_a: Tensor, next_obs_a: Tensor, obs_c: Tensor) -> tuple[Tensor, Tensor]:
+        batch_size = obs_a.shape[0]
+        with self.autocast():
+            # cross-batch: s and s' share the actor's BatchNorm statistics
+            mean, log_std = self.actor.dist(torch.cat([obs_a, next_obs_a]), training=True)
+            action, log_prob = tanh_gaussian_sample(mean[:batch_size], log_std[:batch_size])
+            q = expected_value(F.softmax(self.critic(obs_c, action, training=False).float(), dim=-1), self.atoms)
+            loss = (self.log_temp.exp().detach() * log_prob - q.min(0).values).mean()
+        return loss, -log_prob.detach().mean()
+
+    @torch.no_grad()
+    def _td_target(
+        self, obs_c: Tensor, action: Tensor, reward: Tensor, next_obs_a: Tensor, next_obs_c: Tensor, terminated: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected soft TD target (B, K) from the lower-mean target critic; also the cross-batch inputs."""
+        batch_size = obs_c.shape[0]
+        mean, log_std = self.actor.dist(next_obs_a, training=False)
+        next_action, next_log_prob = tanh_gaussian_sample(mean, log_std)
+        obs_all = torch.cat([obs_c, next_obs_c])
+        action_all = torch.cat([action, next_action])
+        # cross-batch: the target critic normalises (s, a) and (s', a') together
+        target_logits = self.target_critic(obs_all, action_all, training=True, update_stats=False)
+        next_probs = F.softmax(target_logits[:, batch_size:].float(), dim=-1)  # (E, B, K)
+        lowest = expected_value(next_probs, self.atoms).argmin(0)  # min-Q selection per row
+        index = lowest.view(1, -1, 1).expand(1, -1, next_probs.shape[-1])
+        selected = next_probs.gather(0, index).squeeze(0)  # (B, K)
+        discount = bootstrap_discount(self.gamma, terminated)  # truncated rows keep the bootstrap
+        soft_reward = reward - discount * self.log_temp.exp() * next_log_prob
+        return categorical_projection(selected, soft_reward, discount, self.atoms), obs_all, action_all
+
+    def _critic_loss_fn(
+        self, obs_c: Tensor, action: Tensor, reward: Tensor, next_obs_a: Tensor, next_obs_c: Tensor, terminated: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        batch_size = obs_c.shape[0]
+        with self.autocast():
+            target, obs_all, action_all = self._td_target(obs_c, action, reward, next_obs_a, next_obs_c, terminated)
+            # cross-batch: the online critic also sees (s, a) and (s', a') in one pass; loss on the (s, a) half
+            logits = self.critic(obs_all, action_all, training=True)
+            log_probs = F.log_softmax(logits[:, :batch_size].float(), dim=-1)
+            loss = -(target.unsqueeze(0) * log_probs).sum(-1).mean()
+        return loss, expected_value(log_probs.detach().exp(), self.atoms).mean()
+
+    # ------------------------------------------------------------------ one phase
+
+    def _phase(self, replay, schedule: tuple[bool, ...]) -> dict[str, Tensor]:
+        batch_size = self.batch_size
+        batch = replay.sample(batch_size * len(schedule))
+        obs_a, next_obs_a = batch.obs[self.actor_key], batch.next_obs[self.actor_key]
+        obs_c, next_obs_c = batch.obs[self.critic_key], batch.next_obs[self.critic_key]
+        reward = batch.reward if self.reward_scaler is None else self.reward_scaler(batch.reward)
+        sums: dict[str, Tensor] = {}
+        counts: dict[str, int] = {}
+
+        def add(name: str, value: Tensor) -> None:
+            sums[name] = sums[name] + value.detach() if name in sums else value.detach().float()
+            counts[name] = counts.get(name, 0) + 1
+
+        for i, update_actor in enumerate(schedule):
+            rows = slice(i * batch_size, (i + 1) * batch_size)
+            if update_actor:
+                with frozen(self.critic):
+                    actor_loss, entropy = self._actor_loss(obs_a[rows], next_obs_a[rows], obs_c[rows])
+                    self.lr_schedule.advance(self.lrs["actor"], self.opt_steps["actor"])
+                    self.actor_opt.zero_grad(set_to_none=True)
+                    self.scaler.step(actor_loss, self.actor_opt, self.actor_params)
+                self._renormalize_actor()
+                temp = self.log_temp.exp()
+                temp_loss = (temp * (entropy - self.target_entropy)).sum()
+                self.lr_schedule.advance(self.lrs["temp"], self.opt_steps["temp"])
+                self.temp_opt.zero_grad(set_to_none=True)
+                temp_loss.backward()
+                self.temp_opt.step()
+                add("loss/actor", actor_loss)
+                add("loss/alpha", temp_loss)
+                add("train/entropy", entropy)
+            critic_loss, q_mean = self._critic_loss(
+                obs_c[rows],
+                batch.action[rows],
+                reward[rows],
+                next_obs_a[rows],
+                next_obs_c[rows],
+                batch.terminated[rows],
+            )
+            self.lr_schedule.advance(self.lrs["critic"], self.opt_steps["critic"])
+            self.critic_opt.zero_grad(set_to_none=True)
+            self.scaler.step(critic_loss, self.critic_opt, self.critic_params)
+            self._renormalize_critic()
+            soft_update_(self.target_params, self.critic_params, self.tau)
+            add("loss/critic", critic_loss)
+            add("train/q_mean", q_mean)
+        metrics = {name: total / counts[name] for name, total in sums.items()}
+        metrics["train/alpha"] = self.log_temp.detach().exp().squeeze(0)
+        metrics["train/lr"] = self.lrs["critic"].detach().clone()
+        if self.reward_scaler is not None:
+            metrics["train/reward_scale"] = self.reward_scaler.denominator().detach()
+        return metrics
+
+    # ------------------------------------------------------------------ inference
+
+    def _explore_impl(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
+        mean, log_std = self.actor.dist(obs_actor, training=False)
+        noise = self.noise_hold(reset_mask)
+        return torch.tanh(mean + log_std.exp() * noise)
+
+    def _act_impl(self, obs_actor: Tensor) -> Tensor:
+        return torch.tanh(self.actor.dist(obs_actor, training=False)[0])
+
+    def _explore(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
+        if obs_actor.shape[0] != self.noise_hold.noise.shape[0]:
+            raise ValueError(f"explore expects {self.noise_hold.noise.shape[0]} envs, got {obs_actor.shape[0]}")
+        return self._explore_fn(obs_actor, reset_mask)
+
+    def _act(self, obs_actor: Tensor) -> Tensor:
+        return self._act_fn(obs_actor)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _state(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "log_temp": self.log_temp.detach().clone(),
+            "reward_scaler": None if self.reward_scaler is None else self.reward_scaler.state_dict(),
+            "actor_opt": optimizer_state_dict(self.actor_opt),
+            "critic_opt": optimizer_state_dict(self.critic_opt),
+            "temp_opt": optimizer_state_dict(self.temp_opt),
+            "opt_steps": {k: v.detach().clone() for k, v in self.opt_steps.items()},
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def _load_state(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        with torch.no_grad():
+            self.log_temp.copy_(state["log_temp"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+        load_optimizer_state_dict(self.actor_opt, state["actor_opt"])
+        load_optimizer_state_dict(self.critic_opt, state["critic_opt"])
+        load_optimizer_state_dict(self.temp_opt, state["temp_opt"])
+        for name, step in self.opt_steps.items():
+            step.copy_(state["opt_steps"][name])
+        self.scaler.load_state_dict(state["scaler"])
+        self.noise_hold.reset_all()
