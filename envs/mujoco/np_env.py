@@ -131,6 +131,10 @@ class MujocoNpEnv(NpEnv):
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self._states_from(qpos, qvel))
         return self._first_state()
 
+    def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of (qpos, qvel) of `rows` as of the last `reset`/`step` (rendering; not the hot path)."""
+        return self._state[rows, self._qpos_slice].copy(), self._state[rows, self._qvel_slice].copy()
+
     def _first_state(self) -> NpEnvState:
         self._obs = self._observe()
         n = self.num_envs
@@ -159,7 +163,8 @@ class MujocoNpEnv(NpEnv):
         )
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
-        failed = (np.abs(advanced - self.dt) > 0.5 * self.model.opt.timestep) | ~np.isfinite(state).all(axis=1)
+        # a row sum is non-finite iff some entry is (or the row overflows: a blow-up either way)
+        failed = (np.abs(advanced - self.dt) > 0.5 * self.model.opt.timestep) | ~np.isfinite(state.sum(axis=1))
         self._state = state
         self._sensordata = sensordata
         view = self._view(state, sensordata)
@@ -167,7 +172,7 @@ class MujocoNpEnv(NpEnv):
         velocity = (task.progress(view) - progress_before) / self.dt
         healthy = task.is_healthy(view)
         terms = task.reward_terms(view, velocity, actions, healthy)
-        reward = np.sum(list(terms.values()), axis=0)
+        reward = sum(terms.values())
         terminated = task.terminated(healthy) & ~failed
         self._episode_length += 1
         truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed

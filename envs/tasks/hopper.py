@@ -38,8 +38,8 @@ class Hopper(MujocoTask):
         s_lo, s_hi = self.cfg["healthy_state_range"]
         z_lo, z_hi = self.cfg["healthy_z_range"]
         a_lo, a_hi = self.cfg["healthy_angle_range"]
-        state = np.concatenate([p.qpos[:, 2:], p.qvel], axis=1)
-        healthy_state = np.all((s_lo < state) & (state < s_hi), axis=1)
+        healthy_state = ((s_lo < p.qpos[:, 2:]) & (p.qpos[:, 2:] < s_hi)).all(axis=1)
+        healthy_state &= ((s_lo < p.qvel) & (p.qvel < s_hi)).all(axis=1)
         z, angle = p.qpos[:, 1], p.qpos[:, 2]
         return healthy_state & (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
 

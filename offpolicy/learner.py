@@ -1,0 +1,268 @@
+"""The learner: the only actor, the replay, the exploration state and the device, in one thread.
+
+Per tick t (docs/design.md, "One tick"):
+
+    wait       until the collector published obs_t (spin, then block; health-checked)
+    inference  obs slot -> device -> algorithm.explore (no grad) -> scale to env units
+               -> action slot, stamped with policy_version v; record (t, v); publish
+    ingest     transition t-1 from the ingress ring into replay, release its slot
+    update     the update phase (k updates); policy_version += 1 at its end
+
+Everything runs in this one thread on one stream, so inference never overlaps an
+update phase and each tick's actions come from one complete parameter state (the
+timeline proves the first, `tick_versions` and the ingress headers the second).
+Exploration state lives in the algorithm, in this process, and is reset per env
+from the reset mask the collector writes with each observation.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from offpolicy.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
+from offpolicy.lifecycle import CollectorProcess
+from offpolicy.replay import ReplayBuffer
+from offpolicy.slots import ACTION_POLICY_VERSION, ACTION_TICK, OBS_TICK, PRODUCED, SharedSegment, Waiter
+from offpolicy.timeline import Timeline
+
+
+class ProtocolError(RuntimeError):
+    """The slots broke an invariant (a tick or policy_version that does not match): never expected."""
+
+
+class InjectedLearnerFault(RuntimeError):
+    """Raised by runtime.fault.learner_raise_at_tick."""
+
+
+class Learner:
+    """Runs the tick loop against a collector through the shared segment."""
+
+    def __init__(
+        self,
+        algorithm: Any,
+        replay: ReplayBuffer,
+        spec: Any,
+        segment: SharedSegment,
+        ring: IngressRing,
+        waiter: Waiter,
+        collector: CollectorProcess,
+        timeline: Timeline,
+        device: torch.device,
+        num_ticks: int,
+        updates_per_step: int,
+        learning_starts: int,
+        raise_at_tick: int = -1,
+        seed: int = 0,
+        max_seconds: float | None = None,
+    ) -> None:
+        self.algorithm = algorithm
+        self.replay = replay
+        self.spec = spec
+        self.segment = segment
+        self.ring = ring
+        self.waiter = waiter
+        self.collector = collector
+        self.timeline = timeline
+        self.device = device
+        self.num_ticks = int(num_ticks)
+        self.updates_per_step = int(updates_per_step)
+        self.learning_starts = int(learning_starts)
+        self.raise_at_tick = int(raise_at_tick)
+        self.num_envs = spec.num_envs
+        self.obs_keys = list(spec.obs_dims)
+        self.max_seconds = max_seconds
+        """wall-clock budget of the tick loop (None: none); the run then ends early, cleanly"""
+        self.random_ticks = -(-self.learning_starts // self.num_envs)
+        """ticks of uniform-random actions (train.learning_starts env steps), drawn here without the actor"""
+        self._generator = torch.Generator(device=device).manual_seed(seed)
+        self._observe = getattr(algorithm, "observe", None)
+        self.ticks_done = 0
+        """ticks whose transition reached replay"""
+        self.final_counters: dict[str, int] = {}
+        """ingress counters read when the views were released (summary)"""
+
+        self.policy_version = 0
+        """advances by one at the end of every update phase, never elsewhere"""
+        self.tick_versions = np.full(self.num_ticks, -1, dtype=np.int64)
+        """policy_version used by each tick's actions (the record of property 2)"""
+        self.tick = -1
+        """the tick in progress (messages)"""
+        self.updates_done = 0
+        self.last_update_metrics: dict[str, torch.Tensor] = {}
+        self.episode_return_sum = 0.0
+        self.episode_length_sum = 0
+        self.episodes = 0
+        self.physics_failures = 0
+
+        # Views of the slots; on a CPU device the actor reads shared memory directly.
+        self._obs_np = {k: segment[f"obs/{k}"] for k in self.obs_keys}
+        self._reset_np = segment["obs/reset_mask"]
+        self._action_np = segment["action/value"]
+        self._obs_host = {k: torch.from_numpy(v) for k, v in self._obs_np.items()}
+        self._reset_host = torch.from_numpy(self._reset_np)
+        self._action_host = torch.from_numpy(self._action_np)
+        low = torch.as_tensor(np.asarray(spec.action_low, dtype=np.float32), device=device)
+        high = torch.as_tensor(np.asarray(spec.action_high, dtype=np.float32), device=device)
+        self._action_low, self._action_high = low, high
+        self._action_mid = (high + low) / 2
+        self._action_half = (high - low) / 2
+        # Normalised actions of the last two ticks stay on the device until their transition is ingested.
+        self._tick_actions = torch.zeros(2, self.num_envs, spec.action_dim, device=device)
+        self._nonblocking = device.type == "cuda"
+
+    @property
+    def actor(self) -> torch.nn.Module:
+        """`learner.actor`: the only actor of the run (it lives in the algorithm)."""
+        return self.algorithm.actor
+
+    # --- phases -----------------------------------------------------------------------
+    def wait_for_obs(self, tick: int) -> None:
+        """Block until the collector published obs of `tick` (collector health-checked)."""
+        self.collector.arm_deadline(tick)
+        self.waiter.wait_at_least(OBS_TICK, tick, self.collector.check)
+
+    @torch.no_grad()
+    def inference(self, tick: int) -> None:
+        """obs slot -> device -> actor -> env-unit actions in the action slot, stamped and published."""
+        nb = self._nonblocking
+        obs = {k: v.to(self.device, non_blocking=nb) for k, v in self._obs_host.items()}
+        reset_mask = self._reset_host.to(self.device, non_blocking=nb)
+        if tick < self.random_ticks:
+            shape = (self.num_envs, self.spec.action_dim)
+            action = torch.rand(shape, device=self.device, generator=self._generator) * 2 - 1
+        else:
+            if tick == self.random_ticks and tick > 0:
+                reset_mask = torch.ones_like(reset_mask)  # exploration state starts fresh after the random phase
+            action = self.algorithm.explore(obs, reset_mask)
+        self._tick_actions[tick % 2].copy_(action)
+        env_action = torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
+        self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
+        self.segment.control[ACTION_POLICY_VERSION] = self.policy_version
+        self.tick_versions[tick] = self.policy_version
+        self.segment.publish(ACTION_TICK, tick)
+
+    def ingest(self, tick: int) -> None:
+        """Copy transition `tick` from the ingress ring into replay, then release its slot."""
+        slot = self.ring.peek()
+        if slot is None:
+            raise ProtocolError(f"transition {tick} is not in the ingress ring")
+        if slot.tick != tick:
+            raise ProtocolError(f"ingress slot holds tick {slot.tick}, expected {tick}")
+        if int(slot.header[HEADER_POLICY_VERSION]) != self.tick_versions[tick]:
+            raise ProtocolError(
+                f"tick {tick} was stepped with actions of policy_version {slot.policy_version}, "
+                f"but the learner stamped version {self.tick_versions[tick]}"
+            )
+        self.replay.add(
+            obs=slot.obs,
+            action=self._tick_actions[tick % 2],
+            reward=slot.reward,
+            next_obs=slot.next_obs,
+            terminated=slot.terminated,
+            truncated=slot.truncated,
+        )
+        if self._observe is not None:
+            self._observe(
+                *(torch.from_numpy(a).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
+            )
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()  # the copies have left the slot
+        if slot.header[HEADER_NUM_DONE]:
+            done = slot.terminated | slot.truncated
+            self.episodes += int(done.sum())
+            self.episode_return_sum += float(slot.episode_return[done].sum())
+            self.episode_length_sum += int(slot.episode_length[done].sum())
+        self.physics_failures += int(slot.header[HEADER_PHYSICS_FAILURES])
+        self.ring.release()
+        self.ticks_done += 1
+
+    def update(self) -> None:
+        """One update phase; policy_version advances at its end."""
+        self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
+        self.updates_done += self.updates_per_step
+        # An algorithm that tracks its own version (e.g. delayed actor updates) advances it
+        # only when the phase changed the policy; otherwise every phase is a new version.
+        version = getattr(self.algorithm, "policy_version", None)
+        self.policy_version = self.policy_version + 1 if version is None else int(version)
+
+    @property
+    def learning(self) -> bool:
+        """Whether this tick runs an update phase."""
+        return self.updates_per_step > 0 and self.replay.total_added >= self.learning_starts
+
+    # --- loop --------------------------------------------------------------------------
+    def run(self, on_tick: Any = None) -> bool:
+        """All ticks, then the last transition; `on_tick(tick)` runs after each tick (logging).
+
+        Returns False when `max_seconds` cut the run short: the transitions of the
+        last tick or two are then accounted as in flight (the collector is stopped).
+        """
+        tl = self.timeline
+        deadline = None if self.max_seconds is None else time.monotonic() + float(self.max_seconds)
+        for tick in range(self.num_ticks):
+            self.tick = tick
+            with tl.phase("wait", tick):
+                self.wait_for_obs(tick)
+            if tick == self.raise_at_tick:
+                raise InjectedLearnerFault(f"injected fault (runtime.fault.learner_raise_at_tick={tick})")
+            with tl.phase("inference", tick, policy_version=self.policy_version):
+                self.inference(tick)
+            if tick > 0:
+                with tl.phase("ingest", tick, transition=tick - 1):
+                    self.ingest(tick - 1)
+            if self.learning:
+                with tl.phase("update", tick, policy_version=self.policy_version):
+                    self.update()
+                tl.annotate_last(new_policy_version=self.policy_version)
+            if on_tick is not None:
+                on_tick(tick)
+            if deadline is not None and time.monotonic() > deadline and tick + 1 < self.num_ticks:
+                return False
+        last = self.num_ticks - 1
+        self.tick = self.num_ticks
+        with tl.phase("wait", self.num_ticks):
+            self.collector.arm_deadline(last)
+            self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.collector.check)
+        with tl.phase("ingest", self.num_ticks, transition=last):
+            self.ingest(last)
+        return True
+
+    def metrics(self) -> dict[str, float]:
+        """Host-side counters plus the last update metrics (one device sync, at log time only)."""
+        out: dict[str, float] = {
+            "train/policy_version": float(self.policy_version),
+            "train/updates": float(self.updates_done),
+            "train/replay_size": float(len(self.replay)),
+            "perf/ingress_produced": float(self.ring.produced),
+            "perf/ingress_consumed": float(self.ring.consumed),
+            "perf/ingress_full_waits": float(self.ring.full_waits),
+            "perf/learner_blocked_waits": float(self.waiter.blocked_waits),
+            "train/physics_failures": float(self.physics_failures),
+        }
+        if self.episodes:
+            out["train/episode_return"] = self.episode_return_sum / self.episodes
+            out["train/episode_length"] = self.episode_length_sum / self.episodes
+            out["train/episodes"] = float(self.episodes)
+            self.episode_return_sum, self.episode_length_sum, self.episodes = 0.0, 0, 0
+        if self.last_update_metrics:
+            names = list(self.last_update_metrics)
+            values = torch.stack([self.last_update_metrics[n].detach().float().reshape(()) for n in names]).cpu()
+            out.update(zip(names, values.tolist(), strict=True))
+        return out
+
+    def release_views(self) -> None:
+        """Drop every view of the shared segment so its mapping can be closed (counters are kept)."""
+        if self.ring is not None:
+            self.final_counters = {
+                "ingress_produced": self.ring.produced,
+                "ingress_consumed": self.ring.consumed,
+                "ingress_full_waits": self.ring.full_waits,
+            }
+        self._obs_np = self._obs_host = {}
+        self._reset_np = self._reset_host = None
+        self._action_np = self._action_host = None
+        self.ring = None

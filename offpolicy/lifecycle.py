@@ -1,0 +1,291 @@
+"""One lifecycle path for every way a run can end.
+
+`CollectorProcess` starts the collector with the `spawn` context, runs the
+handshake and is asked, from inside every blocking wait of the learner, whether
+the collector is still healthy (`check`). Any failure becomes a `RunFailure`
+that names the side and the cause; the runner then calls `stop`, which always
+takes the same steps: raise the stop flag and wake every waiter, give the
+collector a short grace period to leave on its own, dump its stack if it hung
+(SIGUSR1 -> faulthandler) and SIGKILL it if it is still there, reap it. The
+parent unlinks the shared segment right after the handshake, so nothing of it
+can outlive the processes.
+
+Exit statuses of `python -m offpolicy.train` (documented in `offpolicy.train`):
+0 finished; 3 collector failed (raised, died, hung past `runtime.collector_timeout_s`
+or failed to start); 4 learner failed; 130 interrupted by SIGINT; 143 by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import types
+from contextlib import contextmanager
+from typing import Any
+
+from offpolicy.collector import THREAD_CAP_VARS, CollectorConfig, collector_main
+from offpolicy.slots import COLLECTOR_STATE, STOP, CollectorState, Layout, SharedSegment
+
+EXIT_OK = 0
+EXIT_COLLECTOR_FAILED = 3
+EXIT_LEARNER_FAILED = 4
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class RunFailure(Exception):
+    """A run that ended abnormally: which side, what happened, and the details (a traceback)."""
+
+    exit_code = 1
+
+    def __init__(self, side: str, cause: str, detail: str = "", tick: int | None = None) -> None:
+        self.side = side
+        self.cause = cause
+        self.detail = detail
+        self.tick = tick
+        super().__init__(self.headline())
+
+    def headline(self) -> str:
+        at = f" at tick {self.tick}" if self.tick is not None and self.tick >= 0 else ""
+        return f"{self.side} {self.cause}{at}"
+
+    def report(self) -> str:
+        """The message printed at exit: one headline, then the traceback if there is one."""
+        text = f"[offpolicy] run failed: {self.headline()}"
+        if self.detail:
+            text += f"\n--- {self.side} traceback ---\n{self.detail.rstrip()}"
+        return text
+
+
+class CollectorFailed(RunFailure):
+    """The collector raised, died, hung or could not start."""
+
+    exit_code = EXIT_COLLECTOR_FAILED
+
+    def __init__(self, cause: str, detail: str = "", tick: int | None = None) -> None:
+        super().__init__("collector", cause, detail, tick)
+
+
+class LearnerFailed(RunFailure):
+    """The learner (this process) raised."""
+
+    exit_code = EXIT_LEARNER_FAILED
+
+    def __init__(self, cause: str, detail: str = "", tick: int | None = None) -> None:
+        super().__init__("learner", cause, detail, tick)
+
+
+class Interrupted(RunFailure):
+    """SIGINT or SIGTERM: a clean stop on request (both sides stopped, memory released)."""
+
+    def __init__(self, signum: int, tick: int | None = None) -> None:
+        self.signum = signum
+        self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        super().__init__("runner", f"interrupted by {signal.Signals(signum).name}", tick=tick)
+
+    def report(self) -> str:
+        return f"[offpolicy] {self.headline()}: collector stopped, shared memory released; exit status {self.exit_code}"
+
+
+def _signal_name(exitcode: int) -> str:
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+@contextmanager
+def _main_module_hidden():
+    """Hide `__main__` from spawn while it prepares the child.
+
+    spawn re-imports the parent's main module in the child (`__mp_main__`); whatever
+    that module imports at the top (torch in a user's script, pytest, Hydra) would
+    land in the collector. The collector needs nothing from `__main__`: its entry
+    point and config are importable by name.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")  # no __file__, no __spec__: nothing to re-import
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+@contextmanager
+def _env_for_child(values: dict[str, str]):
+    """Temporarily set environment variables so a spawned child starts with them (before numpy loads)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class CollectorProcess:
+    """Parent-side handle of the collector: spawn, handshake, health checks, stop."""
+
+    def __init__(self, cfg: CollectorConfig, startup_timeout_s: float, timeout_s: float) -> None:
+        self.cfg = cfg
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.timeout_s = float(timeout_s)
+        """longest a physics step may take before the collector is declared hung"""
+        self.process: mp.process.BaseProcess | None = None
+        self.conn = None
+        self.segment: SharedSegment | None = None
+        self.spec_report: dict[str, Any] = {}
+        self.final_report: dict[str, Any] | None = None
+        self.failure: dict[str, Any] | None = None
+        self.tick = -1
+        """the tick the learner is waiting on (for messages)"""
+        self._deadline = float("inf")
+        self._next_liveness_check = 0.0
+        self.hung = False
+        """set when the collector missed its deadline: `stop` then skips the grace period"""
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    # --- start ---------------------------------------------------------------------
+    def start(self) -> dict[str, Any]:
+        """Spawn the collector and wait for its env spec and isolation report."""
+        ctx = mp.get_context("spawn")
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        self.conn = parent_conn
+        self.process = ctx.Process(
+            target=collector_main, args=(child_conn, self.cfg), name="offpolicy-collector", daemon=True
+        )
+        with _env_for_child({v: "1" for v in THREAD_CAP_VARS}), _main_module_hidden():
+            self.process.start()
+        child_conn.close()
+        msg = self._recv("to build its env", self.startup_timeout_s)
+        if msg[0] != "spec":
+            raise CollectorFailed(f"sent {msg[0]!r} instead of its env spec during the handshake")
+        self.spec_report = msg[1]
+        return self.spec_report
+
+    def attach(self, segment: SharedSegment, layout: Layout, ring_slots: int) -> None:
+        """Hand the segment to the collector, then unlink its name: nothing can leak from here on."""
+        self.segment = segment
+        self.conn.send(("attach", segment.name, layout, ring_slots))
+        msg = self._recv("to map the shared memory", self.startup_timeout_s)
+        segment.unlink()
+        if msg[0] != "attached":
+            raise CollectorFailed(f"sent {msg[0]!r} instead of 'attached' during the handshake")
+
+    def _recv(self, what: str, timeout_s: float) -> tuple:
+        deadline = time.monotonic() + timeout_s
+        while not self.conn.poll(0.05):
+            if not self.process.is_alive():
+                self._raise_dead(f"while waiting for it {what}")
+            if time.monotonic() > deadline:
+                raise CollectorFailed(f"did not answer within {timeout_s:.1f} s while waiting for it {what}")
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError):
+            self._raise_dead(f"while waiting for it {what}")
+        if msg[0] == "error":
+            self._raise_error(msg[1])
+        return msg
+
+    # --- health checks (called from the learner's waits) ----------------------------
+    def arm_deadline(self, tick: int) -> None:
+        """The collector now owes observations of `tick` within `timeout_s`."""
+        self.tick = tick
+        self._deadline = time.monotonic() + self.timeout_s
+
+    def check(self) -> None:
+        """Raise `CollectorFailed` if the collector failed, died or is past its deadline."""
+        if self.segment is not None and self.segment.control[COLLECTOR_STATE] == CollectorState.FAILED:
+            self._raise_error(self._collect_error(1.0))
+        now = time.monotonic()
+        if now < self._next_liveness_check:
+            return
+        self._next_liveness_check = now + 0.02
+        if self.process.exitcode is not None:
+            self._raise_dead("while the learner waited for it")
+        if now > self._deadline:
+            self.hung = True
+            self._dump_stack()
+            what = f"tick {self.tick - 1} did not finish" if self.tick > 0 else "no first observation"
+            raise CollectorFailed(
+                f"hung: {what} within {self.timeout_s:.1f} s (runtime.collector_timeout_s); "
+                f"its stack was dumped to stderr above"
+            )
+
+    def _collect_error(self, timeout_s: float) -> dict[str, Any] | None:
+        if self.failure is not None:
+            return self.failure
+        try:
+            while self.conn.poll(timeout_s):
+                msg = self.conn.recv()
+                if msg[0] == "error":
+                    self.failure = msg[1]
+                    return self.failure
+                if msg[0] == "bye":
+                    self.final_report = msg[1]
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def _raise_error(self, failure: dict[str, Any] | None) -> None:
+        if failure is None:
+            raise CollectorFailed("failed without sending a report", tick=self.tick)
+        raise CollectorFailed(
+            f"raised {failure['type']}: {failure['message']}", detail=failure["traceback"], tick=failure["tick"]
+        )
+
+    def _raise_dead(self, when: str) -> None:
+        self.process.join(0.5)
+        code = self.process.exitcode
+        failure = self._collect_error(0.2)
+        if failure is not None:
+            self._raise_error(failure)
+        if code is not None and code < 0:
+            cause = f"process {self.process.pid} was killed by {_signal_name(code)} {when}"
+        else:
+            cause = f"process {self.process.pid} exited with status {code} {when}"
+        raise CollectorFailed(cause, tick=self.tick)
+
+    def _dump_stack(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            print(f"--- stack of the hung collector (pid {self.process.pid}) ---", file=sys.stderr, flush=True)
+            try:
+                os.kill(self.process.pid, signal.SIGUSR1)
+                time.sleep(0.3)
+            except ProcessLookupError:
+                pass
+
+    # --- stop -----------------------------------------------------------------------
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Stop the collector (flag, grace period, SIGKILL), reap it, close the pipe. Idempotent."""
+        if self.segment is not None and self.segment.control is not None:
+            self.segment.control[STOP] = 1
+            self.segment.wake_all()
+        proc = self.process
+        if proc is not None and proc.pid is not None:  # None: it never started
+            if self.conn is not None and proc.is_alive() and self.segment is None:
+                try:  # still in the handshake: tell it to leave
+                    self.conn.send(("stop",))
+                except (OSError, BrokenPipeError):
+                    pass
+            proc.join(0.0 if self.hung else grace_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5.0)
+            if self.conn is not None:
+                self._collect_error(0.0)
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.segment is not None:
+            self.segment.unlink()

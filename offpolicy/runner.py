@@ -1,0 +1,376 @@
+"""The runner: builds collector, slots, ingress, replay, algorithm and learner from the config and owns the lifecycle.
+
+Config keys read here (all read once, into plain attributes, before the loop):
+
+    seed, device (auto|cpu|cuda), env.name, env.num_envs, env.<task overrides>
+    train.total_env_steps, train.updates_per_step (0: learning off, the physics+IPC
+        ceiling), train.learning_starts (env steps before the first update phase)
+    affinity.*  (offpolicy.affinity)      replay.capacity      logger.*  (offpolicy.logger)
+    runtime.trace, runtime.trace_max_ticks, runtime.ingress_slots, runtime.spin_us,
+    runtime.poll_s, runtime.collector_timeout_s, runtime.startup_timeout_s,
+    runtime.shutdown_grace_s, runtime.pin_host_memory
+
+Hidden keys (not in the YAML; set with `+runtime....=` for tests and debugging):
+
+    runtime.fault.collector_raise_at_tick   the collector raises inside env.step at this tick
+    runtime.fault.collector_hang_at_tick    the collector hangs inside env.step at this tick
+    runtime.fault.learner_raise_at_tick     the learner raises at this tick
+    runtime.fault.collector_step_delay_s    random sleep up to this long before each step
+    runtime.env_factory                     `module:function` building the NpEnv instead of envs.make
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from offpolicy.affinity import Affinity, pin_process, resolve_affinity, restore
+from offpolicy.collector import CollectorConfig, EnvFactory
+from offpolicy.ingress import IngressRing
+from offpolicy.learner import Learner
+from offpolicy.lifecycle import CollectorFailed, CollectorProcess, Interrupted, LearnerFailed, RunFailure
+from offpolicy.logger import MetricsLogger, git_commit
+from offpolicy.replay import ReplayBuffer
+from offpolicy.slots import DEFAULT_POLL_S, DEFAULT_SPIN_US, Layout, SharedSegment, Waiter
+from offpolicy.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+AlgorithmFactory = Callable[[Any, Any, torch.device], Any]
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """The `runtime` group (and hidden fault keys) as plain values."""
+
+    trace: bool = False
+    """record every phase interval and write timeline.json (Chrome trace) into the run dir"""
+    trace_max_ticks: int = 20_000
+    """stop recording after this many ticks (bounds memory of long runs)"""
+    ingress_slots: int = 2
+    """transition slots in the ingress ring (>= 2)"""
+    spin_us: float = DEFAULT_SPIN_US
+    """how long a waiter spins before it blocks"""
+    poll_s: float = DEFAULT_POLL_S
+    """longest single blocking wait between health checks"""
+    collector_timeout_s: float = 60.0
+    """a physics step taking longer than this is a hung collector"""
+    startup_timeout_s: float = 120.0
+    """time the collector may take to build its env and map the slots"""
+    shutdown_grace_s: float = 3.0
+    """time the collector gets to leave on its own before SIGKILL"""
+    pin_host_memory: bool = True
+    """register the slots as pinned host memory with CUDA (faster copies)"""
+    env_factory: str | None = None
+    """hidden: `module:function` replacing envs.make"""
+    collector_raise_at_tick: int = -1
+    collector_hang_at_tick: int = -1
+    learner_raise_at_tick: int = -1
+    collector_step_delay_s: float = 0.0
+
+    @staticmethod
+    def from_cfg(cfg: DictConfig) -> RuntimeSettings:
+        def get(key: str, default: Any) -> Any:
+            value = OmegaConf.select(cfg, key, default=default)
+            return default if value is None else value
+
+        d = RuntimeSettings()
+        return RuntimeSettings(
+            trace=bool(get("runtime.trace", d.trace)),
+            trace_max_ticks=int(get("runtime.trace_max_ticks", d.trace_max_ticks)),
+            ingress_slots=int(get("runtime.ingress_slots", d.ingress_slots)),
+            spin_us=float(get("runtime.spin_us", d.spin_us)),
+            poll_s=float(get("runtime.poll_s", d.poll_s)),
+            collector_timeout_s=float(get("runtime.collector_timeout_s", d.collector_timeout_s)),
+            startup_timeout_s=float(get("runtime.startup_timeout_s", d.startup_timeout_s)),
+            shutdown_grace_s=float(get("runtime.shutdown_grace_s", d.shutdown_grace_s)),
+            pin_host_memory=bool(get("runtime.pin_host_memory", d.pin_host_memory)),
+            env_factory=OmegaConf.select(cfg, "runtime.env_factory", default=None),
+            collector_raise_at_tick=int(get("runtime.fault.collector_raise_at_tick", -1)),
+            collector_hang_at_tick=int(get("runtime.fault.collector_hang_at_tick", -1)),
+            learner_raise_at_tick=int(get("runtime.fault.learner_raise_at_tick", -1)),
+            collector_step_delay_s=float(get("runtime.fault.collector_step_delay_s", 0.0)),
+        )
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto`: CUDA when present, else CPU."""
+    name = str(name or "auto")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name} but CUDA is not available; use device=auto or device=cpu")
+    return torch.device(name)
+
+
+def default_algorithm_factory(algo_cfg: Any, spec: Any, device: torch.device) -> Any:
+    """`offpolicy.algorithms.make_algorithm`, imported lazily; `name: standin` builds the test stand-in."""
+    if algo_cfg is not None and algo_cfg.get("name") == "standin":
+        from offpolicy.standin import make_standin
+
+        return make_standin(algo_cfg, spec, device)
+    from offpolicy.algorithms import make_algorithm
+
+    return make_algorithm(algo_cfg, spec, device)
+
+
+def env_factory_from_cfg(cfg: DictConfig, target: str | None) -> EnvFactory:
+    """envs.make(name, num_envs, seed, **env.options) from the `env` group."""
+    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    options = dict(env_cfg.get("options") or {})
+    kwargs = {"name": env_cfg["name"], "num_envs": int(env_cfg["num_envs"]), "seed": int(cfg.get("seed", 0))}
+    return EnvFactory(target=target or "envs:make", kwargs={**kwargs, **options})
+
+
+class _Terminate(BaseException):
+    """SIGTERM, turned into an exception in the main thread."""
+
+
+class Runner:
+    """Builds every component from the config, runs the ticks, and ends every run through one path."""
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        run_dir: str | Path,
+        algorithm_factory: AlgorithmFactory | None = None,
+        env_factory: EnvFactory | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.settings = RuntimeSettings.from_cfg(cfg)
+        self.algorithm_factory = algorithm_factory or default_algorithm_factory
+        self.env_factory = env_factory or env_factory_from_cfg(cfg, self.settings.env_factory)
+        self.num_envs = int(self.env_factory.kwargs.get("num_envs", OmegaConf.select(cfg, "env.num_envs")))
+        self.total_env_steps = int(OmegaConf.select(cfg, "train.total_env_steps"))
+        self.num_ticks = max(1, math.ceil(self.total_env_steps / self.num_envs))
+        self.learning_starts = int(OmegaConf.select(cfg, "train.learning_starts", default=0) or 0)
+        self.device = resolve_device(cfg.get("device", "auto"))
+        self.affinity: Affinity = resolve_affinity(cfg.get("affinity") or {})
+        # Filled by run(); kept for tests and the benchmark.
+        self.collector: CollectorProcess | None = None
+        self.learner: Learner | None = None
+        self.algorithm: Any = None
+        self.replay: ReplayBuffer | None = None
+        self.timeline: Timeline | None = None
+        self.summary: dict[str, Any] = {}
+
+    def run(self) -> dict[str, Any]:
+        """Run to the end; raises `RunFailure` (with side and cause) on any abnormal end."""
+        s = self.settings
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.cfg, self.run_dir / "config_resolved.yaml", resolve=True)
+        metrics_logger = MetricsLogger(self.run_dir, self.cfg)
+        previous_sigterm = None
+        if _in_main_thread():  # SIGTERM (e.g. from Slurm) takes the same clean path as Ctrl-C
+            previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminate)
+        saved_affinity: dict[int, set[int]] = {}
+        segment: SharedSegment | None = None
+        registered_ptr = None
+        self.timeline = Timeline(s.trace, self.device, s.trace_max_ticks)
+        collector = self.collector = CollectorProcess(
+            CollectorConfig(
+                env_factory=self.env_factory,
+                collector_cpus=self.affinity.collector_cpus,
+                num_ticks=self.num_ticks,
+                parent_pid=os.getpid(),
+                spin_us=s.spin_us,
+                poll_s=s.poll_s,
+                raise_at_tick=s.collector_raise_at_tick,
+                hang_at_tick=s.collector_hang_at_tick,
+                step_delay_s=s.collector_step_delay_s,
+            ),
+            startup_timeout_s=s.startup_timeout_s,
+            timeout_s=s.collector_timeout_s,
+        )
+        t_start = time.perf_counter()
+        try:
+            try:
+                report = collector.start()
+                log.info(
+                    "collector pid %d on CPUs %s (pool workers on %s); learner on CPUs %s, device %s",
+                    collector.pid,
+                    report["process_cpus"],
+                    report["worker_cpu_ids"],
+                    list(self.affinity.learner_cpus),
+                    self.device,
+                )
+                saved_affinity = pin_process(self.affinity.learner_cpus)
+                if self.device.type == "cpu":
+                    torch.set_num_threads(len(self.affinity.learner_cpus))
+                spec = report["spec"]
+                layout = Layout.for_spec(spec.num_envs, dict(spec.obs_dims), spec.action_dim, s.ingress_slots)
+                segment = SharedSegment.create(layout)
+                collector.attach(segment, layout, s.ingress_slots)
+                if self.device.type == "cuda" and s.pin_host_memory:
+                    registered_ptr = _pin_host_memory(segment)
+                torch.manual_seed(int(self.cfg.get("seed", 0)))
+                self.algorithm = self.algorithm_factory(self.cfg.get("algo"), spec, self.device)
+                updates_per_step = OmegaConf.select(self.cfg, "train.updates_per_step", default=None)
+                if updates_per_step is None:
+                    updates_per_step = self.algorithm.updates_per_step
+                capacity = int(OmegaConf.select(self.cfg, "replay.capacity", default=1_000_000))
+                capacity = min(capacity, self.num_ticks * spec.num_envs)  # never allocate what cannot fill
+                self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, spec.num_envs)
+                ring = IngressRing(segment, list(spec.obs_dims), s.ingress_slots)
+                self.learner = Learner(
+                    algorithm=self.algorithm,
+                    replay=self.replay,
+                    spec=spec,
+                    segment=segment,
+                    ring=ring,
+                    waiter=Waiter(segment, s.spin_us, s.poll_s),
+                    collector=collector,
+                    timeline=self.timeline,
+                    device=self.device,
+                    num_ticks=self.num_ticks,
+                    updates_per_step=int(updates_per_step),
+                    learning_starts=self.learning_starts,
+                    raise_at_tick=s.learner_raise_at_tick,
+                    seed=int(self.cfg.get("seed", 0)),
+                    max_seconds=OmegaConf.select(self.cfg, "train.max_seconds", default=None),
+                )
+                # Written once everything is built: from here on the run is ticking (tests wait for it).
+                (self.run_dir / "collector.pid").write_text(str(collector.pid))
+                (self.run_dir / "collector.json").write_text(json.dumps(_jsonable(report), indent=1))
+                t_loop = time.perf_counter()
+                log_hook = self._logging_hook(metrics_logger, t_loop)
+                completed = self.learner.run(on_tick=log_hook)
+                log_hook(None)
+                loop_s = time.perf_counter() - t_loop
+            except RunFailure:
+                raise
+            except KeyboardInterrupt:
+                raise Interrupted(signal.SIGINT, tick=self._tick()) from None
+            except _Terminate:
+                raise Interrupted(signal.SIGTERM, tick=self._tick()) from None
+            except Exception as exc:  # noqa: BLE001 - every learner-side error ends the run the same way
+                raise LearnerFailed(
+                    f"raised {type(exc).__name__}: {exc}", traceback.format_exc(), self._tick()
+                ) from exc
+        finally:
+            # Cleanup runs to the end: a second Ctrl-C or a SIGTERM must not cut it short.
+            old_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
+            if previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                collector.stop(s.shutdown_grace_s)
+                if collector.final_report is not None:
+                    (self.run_dir / "collector_exit.json").write_text(
+                        json.dumps(_jsonable(collector.final_report), indent=1)
+                    )
+                if self.learner is not None:
+                    self.learner.release_views()
+                if registered_ptr is not None:
+                    torch.cuda.cudart().cudaHostUnregister(registered_ptr)
+                if segment is not None:
+                    segment.unlink()
+                    segment.close()
+                restore(saved_affinity)
+                self.timeline.write(self.run_dir)
+                metrics_logger.close()
+            finally:
+                if old_sigint is not None:
+                    signal.signal(signal.SIGINT, old_sigint)
+                if previous_sigterm is not None:
+                    signal.signal(signal.SIGTERM, previous_sigterm)
+        self.summary = self._summary(report, collector, loop_s, time.perf_counter() - t_start)
+        self.summary["completed"] = completed
+        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        log.info(
+            "done: %d env steps in %.2f s (%.0f env-steps/s), %d updates, policy_version %d",
+            self.summary["env_steps"],
+            loop_s,
+            self.summary["env_steps_per_s"],
+            self.summary["updates"],
+            self.summary["policy_version"],
+        )
+        return self.summary
+
+    def _tick(self) -> int | None:
+        return None if self.learner is None else self.learner.tick
+
+    def _logging_hook(self, metrics_logger: MetricsLogger, t_loop: float) -> Callable[[int | None], None]:
+        """`hook(tick)` logs every `logger.interval_env_steps`; `hook(None)` logs a final row if one is due."""
+        every = OmegaConf.select(self.cfg, "logger.interval_env_steps", default=50_000) or 50_000
+        every_ticks = max(1, int(every) // self.num_envs)
+        learner = self.learner
+        last = {"time": t_loop, "ticks": 0}
+
+        def hook(tick: int | None) -> None:
+            done = learner.ticks_done if tick is None else tick + 1
+            if (tick is not None and done % every_ticks) or done == last["ticks"]:
+                return
+            now = time.perf_counter()
+            metrics = learner.metrics()
+            metrics["perf/env_steps_per_s"] = (done - last["ticks"]) * self.num_envs / max(now - last["time"], 1e-9)
+            metrics["time/elapsed_s"] = now - t_loop
+            last["time"], last["ticks"] = now, done
+            metrics_logger.log(done * self.num_envs, metrics)
+
+        return hook
+
+    def _summary(self, report: dict, collector: CollectorProcess, loop_s: float, total_s: float) -> dict[str, Any]:
+        learner = self.learner
+        env_steps = learner.ticks_done * self.num_envs
+        return {
+            "env_steps": env_steps,
+            "ticks": learner.ticks_done,
+            "num_envs": self.num_envs,
+            "loop_s": loop_s,
+            "total_s": total_s,
+            "env_steps_per_s": env_steps / max(loop_s, 1e-9),
+            "updates": learner.updates_done,
+            "policy_version": learner.policy_version,
+            "replay_size": len(self.replay),
+            **learner.final_counters,
+            "device": str(self.device),
+            "learner_cpus": list(self.affinity.learner_cpus),
+            "collector_cpus": list(self.affinity.collector_cpus),
+            "collector_pid": collector.pid,
+            "collector_worker_cpu_ids": report.get("worker_cpu_ids"),
+            "git_commit": git_commit(Path(__file__).parent),
+            "machine": platform.node(),
+        }
+
+
+def _jsonable(report: dict[str, Any]) -> dict[str, Any]:
+    """The collector's isolation report without the env spec object."""
+    return {k: v for k, v in report.items() if k != "spec"}
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_terminate(signum: int, frame: Any) -> None:
+    raise _Terminate
+
+
+def _pin_host_memory(segment: SharedSegment) -> int | None:
+    """Page-lock the slots for CUDA copies; a failure only costs speed."""
+    try:
+        ptr = segment.arrays["control"].ctypes.data
+        err = torch.cuda.cudart().cudaHostRegister(ptr, segment.layout.size, 0)
+        return ptr if int(err) == 0 else None
+    except (RuntimeError, AttributeError, TypeError) as exc:
+        log.warning("could not pin the shared slots for CUDA copies: %s", exc)
+        return None
+
+
+__all__ = ["Runner", "RuntimeSettings", "resolve_device", "default_algorithm_factory", "CollectorFailed"]

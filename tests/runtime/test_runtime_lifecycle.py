@@ -1,0 +1,187 @@
+"""Property 5, one lifecycle path: each failure, in a real subprocess of the CLI, ends the run cleanly.
+
+Each case checks: ends within 10 s of the fault, the documented non-zero exit
+status, a message naming the side and the cause (with the collector's traceback
+where it raised), no process of the run left, no shared-memory segment left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from runtime_helpers import HERE, REPO, processes_with_marker, shm_entries
+
+from offpolicy.lifecycle import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
+
+LONG_RUN = 10**9
+BASE_ARGS = [
+    "env=ant",
+    "env.num_envs=8",
+    "algo=standin",
+    "logger=none",
+    f"hydra.searchpath=[file://{HERE / 'conf'}]",
+]
+
+
+class CliRun:
+    """`python -m offpolicy.train` in a subprocess, tagged so its descendants can be found afterwards."""
+
+    def __init__(self, run_dir: Path, *overrides: str) -> None:
+        self.run_dir = run_dir
+        self.marker = f"OFFPOLICY_TEST_{uuid.uuid4().hex}"
+        env = {**os.environ, self.marker: "1", "PYTHONUNBUFFERED": "1"}
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        self.shm_before = shm_entries()
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "offpolicy.train", *BASE_ARGS, f"hydra.run.dir={run_dir}", *overrides],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def collector_pid(self, timeout_s: float = 60.0) -> int:
+        """Wait for the run to be ticking (pid file written after the handshake) and return the collector pid."""
+        path = self.run_dir / "collector.pid"
+        deadline = time.monotonic() + timeout_s
+        while not path.exists() or not path.read_text().strip():
+            assert self.proc.poll() is None, f"run ended early: {self.proc.communicate()}"
+            assert time.monotonic() < deadline, "the collector never started"
+            time.sleep(0.05)
+        return int(path.read_text())
+
+    def finish(self, timeout_s: float = 30.0) -> tuple[int, str, str, float]:
+        """Exit status, stdout, stderr and the seconds from now to the exit."""
+        t0 = time.monotonic()
+        try:
+            out, err = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"the run did not end within {timeout_s} s:\n{err[-3000:]}")
+        return self.proc.returncode, out, err, time.monotonic() - t0
+
+    def assert_clean(self) -> None:
+        """No process of this run left and no new shared-memory segment of its learner."""
+        deadline = time.monotonic() + 3.0
+        while processes_with_marker(self.marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with_marker(self.marker) == [], "a process of the run outlived it"
+        leaked = {n for n in shm_entries() - self.shm_before if n.startswith(f"offpolicy_{self.proc.pid}_")}
+        assert leaked == set(), f"leaked /dev/shm segments: {leaked}"
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_collector_killed_with_sigkill(tmp_path):
+    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}")
+    pid = run.collector_pid()
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    code, _, err, elapsed = run.finish()
+    assert elapsed < 10
+    assert code == EXIT_COLLECTOR_FAILED, err
+    assert f"collector process {pid} was killed by SIGKILL" in err
+    run.assert_clean()
+
+
+def test_collector_raising_inside_step(tmp_path):
+    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}", "+runtime.fault.collector_raise_at_tick=30")
+    pid = run.collector_pid()
+    code, _, err, elapsed = run.finish()
+    assert elapsed < 10
+    assert code == EXIT_COLLECTOR_FAILED, err
+    assert (
+        "run failed: collector raised InjectedFault: injected fault in env.step (runtime.fault.collector_raise_at_tick=30) at tick 30"
+        in err
+    )
+    assert "--- collector traceback ---" in err and "Traceback (most recent call last)" in err
+    assert "collector.py" in err and ", in step" in err  # the collector's own frames, down into step
+    assert _pid_gone(pid)
+    run.assert_clean()
+
+
+def test_collector_hanging_past_its_timeout(tmp_path):
+    run = CliRun(
+        tmp_path,
+        f"train.total_env_steps={LONG_RUN}",
+        "+runtime.fault.collector_hang_at_tick=30",
+        "runtime.collector_timeout_s=2.0",
+    )
+    pid = run.collector_pid()
+    code, _, err, elapsed = run.finish()
+    assert elapsed < 10
+    assert code == EXIT_COLLECTOR_FAILED, err
+    assert "run failed: collector hung: tick 30 did not finish within 2.0 s" in err
+    assert 'collector.py", line' in err and "in step" in err, "the hung collector's stack is dumped"
+    assert _pid_gone(pid)
+    run.assert_clean()
+
+
+def test_learner_raising(tmp_path):
+    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}", "+runtime.fault.learner_raise_at_tick=30")
+    pid = run.collector_pid()
+    code, _, err, elapsed = run.finish()
+    assert elapsed < 10
+    assert code == EXIT_LEARNER_FAILED, err
+    assert (
+        "run failed: learner raised InjectedLearnerFault: injected fault (runtime.fault.learner_raise_at_tick=30) at tick 30"
+        in err
+    )
+    assert "--- learner traceback ---" in err
+    assert _pid_gone(pid)
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, EXIT_SIGINT), (signal.SIGTERM, EXIT_SIGTERM)])
+def test_interrupting_the_runner(tmp_path, signum, status):
+    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}")
+    pid = run.collector_pid()
+    time.sleep(0.5)
+    run.proc.send_signal(signum)
+    code, _, err, elapsed = run.finish()
+    assert elapsed < 10
+    assert code == status, err
+    name = signal.Signals(signum).name
+    assert f"runner interrupted by {name}" in err
+    assert "collector stopped, shared memory released" in err
+    assert "Traceback" not in err  # a requested stop is not a crash
+    assert _pid_gone(pid)
+    run.assert_clean()
+
+
+def test_collector_failing_to_build_its_env(tmp_path):
+    run = CliRun(tmp_path, "train.total_env_steps=800", "env.name=no_such_task")
+    code, _, err, elapsed = run.finish()
+    assert code == EXIT_COLLECTOR_FAILED, err
+    assert "run failed: collector raised ValueError: unknown env 'no_such_task'" in err
+    run.assert_clean()
+
+
+def test_runner_killed_with_sigkill_takes_the_collector_with_it(tmp_path):
+    """The learner side dying without any cleanup: the collector notices it was orphaned and leaves."""
+    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}")
+    pid = run.collector_pid()
+    time.sleep(0.5)
+    run.proc.kill()
+    run.finish()
+    deadline = time.monotonic() + 10
+    while not _pid_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pid_gone(pid), "the orphaned collector kept running"
+    run.assert_clean()

@@ -1,0 +1,55 @@
+"""Property 1, strict time-sharing: from a recorded timeline, inference and update never overlap and alternate."""
+
+from __future__ import annotations
+
+import json
+
+from runtime_helpers import make_cfg, run_in_process
+
+from offpolicy.timeline import load_intervals
+
+
+def test_inference_and_update_alternate_tick_by_tick(run_dir):
+    ticks, learning_starts, num_envs = 40, 5 * 4, 4
+    cfg = make_cfg(
+        env={"num_envs": num_envs, "options": {"step_delay_s": 0.002}},
+        algo={"updates_per_step": 2, "update_delay_s": 0.001},
+        train={"total_env_steps": ticks * num_envs, "learning_starts": learning_starts},
+        runtime={"trace": True},
+    )
+    runner = run_in_process(cfg, run_dir)
+    trace = run_dir / "timeline.json"
+    assert trace.exists()
+    assert json.loads(trace.read_text())["traceEvents"], "empty Chrome trace"
+    intervals = load_intervals(trace)
+
+    inference = [iv for iv in intervals if iv["phase"] == "inference"]
+    update = [iv for iv in intervals if iv["phase"] == "update"]
+    assert [iv["tick"] for iv in inference] == list(range(ticks))
+    first_learning_tick = learning_starts // num_envs  # tick t ingests transition t-1: t * num_envs rows by then
+    assert [iv["tick"] for iv in update] == list(range(first_learning_tick, ticks))
+    assert runner.summary["policy_version"] == len(update)
+
+    # Never overlap: every inference interval is disjoint from every update interval.
+    for inf in inference:
+        for upd in update:
+            assert inf["end"] <= upd["start"] or upd["end"] <= inf["start"], (inf, upd)
+
+    # Alternate tick by tick: once learning starts the device sees I U I U ... and each
+    # update sits between the inference of its tick and that of the next.
+    device_phases = [iv for iv in intervals if iv["phase"] in ("inference", "update")]
+    seq = [iv["phase"][0].upper() for iv in device_phases if iv["tick"] >= first_learning_tick]
+    assert "".join(seq) == "IU" * (ticks - first_learning_tick)
+    by_tick = {iv["tick"]: iv for iv in inference}
+    for upd in update:
+        t = upd["tick"]
+        assert by_tick[t]["end"] <= upd["start"]
+        if t + 1 in by_tick:
+            assert upd["end"] <= by_tick[t + 1]["start"]
+
+    # Every phase of the protocol was recorded, in order, within each tick.
+    order = {"wait": 0, "inference": 1, "ingest": 2, "update": 3}
+    for t in range(1, ticks):
+        phases = [iv for iv in intervals if iv["tick"] == t]
+        assert [order[iv["phase"]] for iv in phases] == sorted(order[iv["phase"]] for iv in phases)
+        assert {"wait", "inference", "ingest"} <= {iv["phase"] for iv in phases}
