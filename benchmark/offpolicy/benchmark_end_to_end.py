@@ -1,0 +1,175 @@
+"""S=1 end to end: bare physics, the runtime ceiling and training candidates, in one run.
+
+For each task (default ant and hopper: light physics, frequent resets), 1024 envs,
+collector and pool workers pinned to `--collector-cpus` (default 2-15, 14 cores),
+learner on `--learner-cpus` (default 0-1), this measures steady-state env-steps/s of
+
+1. bare physics: `envs.make` + step loop in this process on the collector CPUs
+   (uniform random actions), no IPC;
+2. ceiling: the full runner with `train.updates_per_step=0` (inference every tick);
+3. candidates: the full runner training FastSAC and FlashSAC with their default
+   updates per step.
+
+Every runner run records its timeline (`runtime.trace=true`). Steady state is the
+last `--steady-fraction` of the ticks (compile and graph capture happen in the
+first ones). From the same window: the learner's busy fraction (inference +
+ingest + update over wall time), the inference tick latency (host obs slot to
+host action slot, wall clock) and the update phase time. Targets: ceiling >=
+0.95 x bare physics, candidate >= 0.95 x ceiling. One candidate's trace, trimmed
+to `--trace-seconds` of steady state, is kept for `check_timeline.py`.
+
+    python -m benchmark.offpolicy.benchmark_end_to_end                     # GPU host
+    python -m benchmark.offpolicy.benchmark_end_to_end --quick             # CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmark.env.benchmark_np_env_overhead import parse_cpus  # noqa: E402
+from benchmark.machine import OUTPUTS, write_results  # noqa: E402
+from benchmark.offpolicy.benchmark_runtime import bare_physics  # noqa: E402
+from offpolicy.timeline import load_intervals  # noqa: E402
+
+
+def steady_window(intervals: list[dict], fraction: float) -> tuple[list[dict], float, float, int]:
+    """Intervals of the last `fraction` of ticks, with the window's start/end (us) and tick count."""
+    ticks = sorted({iv["tick"] for iv in intervals})
+    keep = set(ticks[int(len(ticks) * (1 - fraction)) :])
+    window = [iv for iv in intervals if iv["tick"] in keep]
+    first = min(keep)
+    start = min(iv["start"] for iv in window if iv["tick"] == first)
+    end = max(iv["end"] for iv in window)
+    return window, start, end, len(keep)
+
+
+def analyse(trace: Path, num_envs: int, fraction: float) -> dict:
+    """Steady-state rate, busy fraction and phase times from a run's timeline."""
+    window, start, end, n_ticks = steady_window(load_intervals(trace, "host"), fraction)
+    wall_s = (end - start) / 1e6
+    per_phase = {p: [iv["end"] - iv["start"] for iv in window if iv["phase"] == p] for p in ("wait", "inference", "ingest", "update")}
+    busy = sum(sum(per_phase[p]) for p in ("inference", "ingest", "update")) / 1e6
+    update_ticks = [d for d in per_phase["update"]]
+    return {
+        "env_steps_per_s": n_ticks * num_envs / wall_s,
+        "steady_ticks": n_ticks,
+        "learner_busy_fraction": busy / wall_s,
+        "inference_ms_median": statistics.median(per_phase["inference"]) / 1e3,
+        "inference_ms_p90": statistics.quantiles(per_phase["inference"], n=10)[-1] / 1e3,
+        "ingest_ms_median": statistics.median(per_phase["ingest"]) / 1e3 if per_phase["ingest"] else 0.0,
+        "update_ms_median": statistics.median(update_ticks) / 1e3 if update_ticks else 0.0,
+        "wait_ms_median": statistics.median(per_phase["wait"]) / 1e3,
+        "tick_ms": 1e3 * wall_s / n_ticks,
+    }
+
+
+def run_runner(overrides: list[str], run_dir: Path) -> dict:
+    """Compose the main config with `overrides` and run it into `run_dir`."""
+    from hydra import compose, initialize_config_dir
+
+    from offpolicy.runner import Runner
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    return Runner(cfg, run_dir).run()
+
+
+def trim_trace(trace: Path, out: Path, seconds: float, fraction: float) -> None:
+    """Keep `seconds` of the steady-state part of a Chrome trace (both tracks)."""
+    data = json.loads(trace.read_text())
+    host = [e for e in data["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "host"]
+    ticks = sorted({e["args"]["tick"] for e in host})
+    first = ticks[int(len(ticks) * (1 - fraction))]
+    t0 = min(e["ts"] for e in host if e["args"]["tick"] == first)
+    last_tick = max(e["args"]["tick"] for e in host if e["ts"] <= t0 + seconds * 1e6)
+    keep = [
+        e for e in data["traceEvents"] if e.get("ph") != "X" or first <= e.get("args", {}).get("tick", -1) <= last_tick
+    ]
+    out.write_text(json.dumps({"traceEvents": keep, "displayTimeUnit": "ms"}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes for a CPU smoke run")
+    p.add_argument("--tasks", nargs="+", default=["ant", "hopper"])
+    p.add_argument("--algos", nargs="+", default=["fastsac", "flashsac"])
+    p.add_argument("--num-envs", type=int, default=None)
+    p.add_argument("--ticks", type=int, default=None, help="vector steps per runner run")
+    p.add_argument("--steady-fraction", type=float, default=0.5)
+    p.add_argument("--learner-cpus", default=None, help="default 0-1 (quick: 0)")
+    p.add_argument("--collector-cpus", default=None, help="default 2-15 (quick: 1)")
+    p.add_argument("--trace-seconds", type=float, default=3.0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default=str(OUTPUTS / "end_to_end"))
+    args = p.parse_args(argv)
+    num_envs = args.num_envs or (16 if args.quick else 1024)
+    ticks = args.ticks or (60 if args.quick else 600)
+    learner = parse_cpus(args.learner_cpus or ("0" if args.quick else "0-1"))
+    collector = parse_cpus(args.collector_cpus or ("1" if args.quick else "2-15"))
+    common = [
+        f"env.num_envs={num_envs}",
+        f"train.total_env_steps={ticks * num_envs}",
+        "logger=none",
+        f"device={args.device}",
+        "affinity=manual",
+        f"affinity.learner_cpus=[{','.join(map(str, learner))}]",
+        f"affinity.collector_cpus=[{','.join(map(str, collector))}]",
+        "runtime.trace=true",
+        f"runtime.trace_max_ticks={ticks + 1}",
+        "replay.capacity=1000000",
+    ]
+    quick_nets = ["algo.batch_size=64", "algo.actor_hidden_dim=32", "algo.critic_hidden_dim=32"] if args.quick else []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    kept_trace = False
+    for task in args.tasks:
+        bare = bare_physics(task, num_envs, ticks=max(ticks // 3, 20), warmup=10, collector_cpus=collector, seed=0)
+        rows.append({"task": task, "run": "bare_physics", "env_steps_per_s": bare})
+        print(f"{task:8s} bare physics       {bare:9.0f} env-steps/s", flush=True)
+        runs = [("ceiling", ["algo=fastsac", "train.updates_per_step=0", "train.learning_starts=0", *quick_nets])]
+        runs += [(algo, [f"algo={algo}", f"train.learning_starts={4 * num_envs}", *quick_nets]) for algo in args.algos]
+        ceiling = None
+        for name, extra in runs:
+            with tempfile.TemporaryDirectory() as tmp:
+                summary = run_runner([f"env={task}", *common, *extra], Path(tmp))
+                trace = Path(tmp) / "timeline.json"
+                stats = analyse(trace, num_envs, args.steady_fraction)
+                if name != "ceiling" and not kept_trace:
+                    trim_trace(trace, out / f"timeline_{task}_{name}.json", args.trace_seconds, args.steady_fraction)
+                    kept_trace = True
+            row = {"task": task, "run": name, **stats, "updates": summary["updates"],
+                   "policy_version": summary["policy_version"], "whole_run_env_steps_per_s": summary["env_steps_per_s"]}
+            if name == "ceiling":
+                ceiling = stats["env_steps_per_s"]
+                row["ratio_to_bare"] = ceiling / bare
+                row["target"] = "ratio_to_bare >= 0.95"
+            else:
+                row["ratio_to_ceiling"] = stats["env_steps_per_s"] / ceiling
+                row["target"] = "ratio_to_ceiling >= 0.95"
+            rows.append(row)
+            ratio = row.get("ratio_to_bare", row.get("ratio_to_ceiling"))
+            print(
+                f"{task:8s} {name:18s} {stats['env_steps_per_s']:9.0f} env-steps/s  ratio {ratio:.3f}  "
+                f"busy {stats['learner_busy_fraction']:.2f}  infer {stats['inference_ms_median']:.3f} ms  "
+                f"update {stats['update_ms_median']:.2f} ms  tick {stats['tick_ms']:.2f} ms",
+                flush=True,
+            )
+    meta = {"num_envs": num_envs, "ticks": ticks, "learner_cpus": learner, "collector_cpus": collector,
+            "steady_fraction": args.steady_fraction, "quick": args.quick}
+    folder = write_results("end_to_end", rows, meta, out)
+    print(f"results: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

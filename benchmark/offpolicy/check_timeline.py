@@ -1,0 +1,83 @@
+"""Check a recorded timeline: inference and update never overlap, and alternate tick by tick.
+
+Reads a Chrome trace written by `offpolicy.timeline.Timeline` (or trimmed by
+`benchmark_end_to_end.py`), checks the device track (CUDA events) where it exists
+and the host track always, prints a report and writes it next to the trace as
+`<trace>.check.json`. Exit status 0 when every check passes.
+
+    python -m benchmark.offpolicy.check_timeline benchmark/outputs/end_to_end/timeline_ant_fastsac.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from offpolicy.timeline import load_intervals  # noqa: E402
+
+
+def check_track(intervals: list[dict]) -> dict:
+    """Overlap and alternation checks on one track's intervals (sorted by start)."""
+    device = [iv for iv in intervals if iv["phase"] in ("inference", "update")]
+    overlaps = [
+        (a["phase"], a["tick"], b["phase"], b["tick"])
+        for a, b in zip(device, device[1:])
+        if b["start"] < a["end"] and a["phase"] != b["phase"]
+    ]
+    # Alternation: after the first update, the sequence is I U I U ... with update t right after inference t.
+    first_update = next((i for i, iv in enumerate(device) if iv["phase"] == "update"), None)
+    broken = []
+    if first_update is not None:
+        seq = device[first_update - 1 :] if first_update > 0 else device[first_update:]
+        for a, b in zip(seq, seq[1:]):
+            ok = (a["phase"], b["phase"]) in {("inference", "update"), ("update", "inference")}
+            if ok and a["phase"] == "inference":
+                ok = a["tick"] == b["tick"]
+            if ok and a["phase"] == "update":
+                ok = b["tick"] == a["tick"] + 1
+            if not ok:
+                broken.append((a["phase"], a["tick"], b["phase"], b["tick"]))
+    inference = [iv for iv in device if iv["phase"] == "inference"]
+    update = [iv for iv in device if iv["phase"] == "update"]
+    return {
+        "inference_intervals": len(inference),
+        "update_intervals": len(update),
+        "first_tick": min((iv["tick"] for iv in device), default=None),
+        "last_tick": max((iv["tick"] for iv in device), default=None),
+        "overlaps": len(overlaps),
+        "alternation_breaks": len(broken),
+        "first_problems": (overlaps + broken)[:5],
+        "passed": not overlaps and not broken and bool(update),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("trace", type=Path)
+    args = p.parse_args(argv)
+    report = {"trace": args.trace.name}
+    for track in ("device", "host"):
+        intervals = load_intervals(args.trace, track)
+        if intervals:
+            report[track] = check_track(intervals)
+    passed = all(r["passed"] for k, r in report.items() if k != "trace") and len(report) > 1
+    report["passed"] = passed
+    out = args.trace.with_suffix(".check.json")
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    for track in ("device", "host"):
+        if track in report:
+            r = report[track]
+            print(f"{track:6s}: {r['inference_intervals']} inference, {r['update_intervals']} update intervals, "
+                  f"{r['overlaps']} overlaps, {r['alternation_breaks']} alternation breaks -> {'PASS' if r['passed'] else 'FAIL'}")
+    print(f"report: {out}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
