@@ -9,6 +9,18 @@ Config keys read here (all read once, into plain attributes, before the loop):
     runtime.trace, runtime.trace_max_ticks, runtime.ingress_slots, runtime.spin_us,
     runtime.poll_s, runtime.collector_timeout_s, runtime.startup_timeout_s,
     runtime.shutdown_grace_s, runtime.pin_host_memory
+    eval.num_envs  (rows added to the collector's env that run the mean action and never reach
+        replay; see offpolicy.learner)
+    checkpoint.interval_env_steps, checkpoint.keep_last, train.resume  (offpolicy.checkpoint)
+
+Checkpoints: `<run dir>/checkpoints/step_<env_steps>.pt` every `checkpoint.interval_env_steps`
+(at the end of the tick that crosses the multiple, after its update phase) and once at the end
+of every run that finished or hit `train.max_seconds`, with `latest.pt` pointing at the newest.
+A run stopped by a signal or a failure writes none (its state may be mid-update): the last
+periodic checkpoint is the recovery point. `train.resume=<path>` restores the algorithm, the
+counters (env steps, ticks, updates, policy_version) and the RNG states, and trains on to
+`train.total_env_steps` (the overall budget). Replay is not checkpointed: the restored actor
+refills `train.learning_starts` env steps before updates resume (no uniform-random phase).
 
 Hidden keys (not in the YAML; set with `+runtime....=` for tests and debugging):
 
@@ -30,7 +42,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +50,21 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from offpolicy.affinity import Affinity, pin_process, resolve_affinity, restore
+from offpolicy.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    CheckpointSettings,
+    RunIdentity,
+    check_compatible,
+    load_algorithm_state,
+    load_checkpoint,
+    restore_rng,
+)
 from offpolicy.collector import CollectorConfig, EnvFactory
 from offpolicy.ingress import IngressRing
 from offpolicy.learner import Learner
 from offpolicy.lifecycle import CollectorFailed, CollectorProcess, Interrupted, LearnerFailed, RunFailure
-from offpolicy.logger import MetricsLogger, git_commit
+from offpolicy.logger import MetricsLogger, RunContext, git_commit
 from offpolicy.replay import ReplayBuffer
 from offpolicy.slots import DEFAULT_POLL_S, DEFAULT_SPIN_US, Layout, SharedSegment, Waiter
 from offpolicy.timeline import Timeline
@@ -128,10 +150,11 @@ def default_algorithm_factory(algo_cfg: Any, spec: Any, device: torch.device) ->
 
 
 def env_factory_from_cfg(cfg: DictConfig, target: str | None) -> EnvFactory:
-    """envs.make(name, num_envs, seed, **env.options) from the `env` group."""
+    """envs.make(name, env.num_envs + eval.num_envs, seed, **env.options) from the `env` and `eval` groups."""
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     options = dict(env_cfg.get("options") or {})
-    kwargs = {"name": env_cfg["name"], "num_envs": int(env_cfg["num_envs"]), "seed": int(cfg.get("seed", 0))}
+    rows = int(env_cfg["num_envs"]) + int(OmegaConf.select(cfg, "eval.num_envs", default=0) or 0)
+    kwargs = {"name": env_cfg["name"], "num_envs": rows, "seed": int(cfg.get("seed", 0))}
     return EnvFactory(target=target or "envs:make", kwargs={**kwargs, **options})
 
 
@@ -148,15 +171,45 @@ class Runner:
         run_dir: str | Path,
         algorithm_factory: AlgorithmFactory | None = None,
         env_factory: EnvFactory | None = None,
+        context: RunContext | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.context = context
+        """what Hydra told the job (sweep dir, job number; W&B group and name); None outside the CLI"""
         self.settings = RuntimeSettings.from_cfg(cfg)
         self.algorithm_factory = algorithm_factory or default_algorithm_factory
         self.env_factory = env_factory or env_factory_from_cfg(cfg, self.settings.env_factory)
-        self.num_envs = int(self.env_factory.kwargs.get("num_envs", OmegaConf.select(cfg, "env.num_envs")))
+        self.num_eval_envs = int(OmegaConf.select(cfg, "eval.num_envs", default=0) or 0)
+        """the last rows of the collector's env: mean actions, never in replay"""
+        env_rows = int(self.env_factory.kwargs.get("num_envs", OmegaConf.select(cfg, "env.num_envs")))
+        self.num_envs = env_rows - self.num_eval_envs
+        """training rows: env steps, replay and the algorithm's per-env state count these"""
+        if self.num_envs < 1 or self.num_eval_envs < 0:
+            raise ValueError(f"eval.num_envs={self.num_eval_envs} leaves no training rows of {env_rows}")
         self.total_env_steps = int(OmegaConf.select(cfg, "train.total_env_steps"))
-        self.num_ticks = max(1, math.ceil(self.total_env_steps / self.num_envs))
+        self.checkpoint_settings = CheckpointSettings.from_cfg(cfg)
+        resume = OmegaConf.select(cfg, "train.resume", default=None)
+        self.resume_path = None if resume in (None, "") else Path(str(resume)).expanduser()
+        self.resume_checkpoint: dict[str, Any] | None = None
+        self.start_counters = {"env_steps": 0, "ticks": 0, "updates": 0, "policy_version": 0}
+        """counters this run starts from (a resumed checkpoint's, else zeros)"""
+        if self.resume_path is not None:  # fail before anything starts: never train from scratch by accident
+            self.resume_checkpoint = load_checkpoint(self.resume_path, map_location="cpu")
+            check_compatible(
+                self.resume_checkpoint,
+                self.resume_path,
+                algo=OmegaConf.select(cfg, "algo.name", default=None),
+                env=OmegaConf.select(cfg, "env.name", default=None),
+            )
+            self.start_counters = dict(self.resume_checkpoint["counters"])
+            if self.start_counters["env_steps"] >= self.total_env_steps:
+                raise CheckpointError(
+                    f"checkpoint {self.resume_path} is already at {self.start_counters['env_steps']} env steps, "
+                    f"train.total_env_steps={self.total_env_steps}: raise the budget to train on"
+                )
+        remaining = self.total_env_steps - self.start_counters["env_steps"]
+        self.num_ticks = max(1, math.ceil(remaining / self.num_envs))
         self.learning_starts = int(OmegaConf.select(cfg, "train.learning_starts", default=0) or 0)
         self.device = resolve_device(cfg.get("device", "auto"))
         self.affinity: Affinity = resolve_affinity(cfg.get("affinity") or {})
@@ -173,7 +226,7 @@ class Runner:
         s = self.settings
         self.run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.cfg, self.run_dir / "config_resolved.yaml", resolve=True)
-        metrics_logger = MetricsLogger(self.run_dir, self.cfg)
+        metrics_logger = MetricsLogger(self.run_dir, self.cfg, self.context)
         previous_sigterm = None
         if _in_main_thread():  # SIGTERM (e.g. from Slurm) takes the same clean path as Ctrl-C
             previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminate)
@@ -209,22 +262,36 @@ class Runner:
                     self.device,
                 )
                 saved_affinity = pin_process(self.affinity.learner_cpus)
-                if self.device.type == "cpu":
-                    torch.set_num_threads(len(self.affinity.learner_cpus))
+                # torch's CPU threads on the learner's CPUs only (default: one per machine core)
+                torch.set_num_threads(len(self.affinity.learner_cpus))
                 spec = report["spec"]
+                if spec.num_envs != self.num_envs + self.num_eval_envs:
+                    raise ValueError(
+                        f"the collector's env has {spec.num_envs} rows, expected env.num_envs + eval.num_envs = "
+                        f"{self.num_envs} + {self.num_eval_envs}"
+                    )
+                train_spec = replace(spec, num_envs=self.num_envs)  # what the algorithm and replay see
                 layout = Layout.for_spec(spec.num_envs, dict(spec.obs_dims), spec.action_dim, s.ingress_slots)
                 segment = SharedSegment.create(layout)
                 collector.attach(segment, layout, s.ingress_slots)
                 if self.device.type == "cuda" and s.pin_host_memory:
                     registered_ptr = _pin_host_memory(segment)
                 torch.manual_seed(int(self.cfg.get("seed", 0)))
-                self.algorithm = self.algorithm_factory(self.cfg.get("algo"), spec, self.device)
+                self.algorithm = self.algorithm_factory(self.cfg.get("algo"), train_spec, self.device)
+                if self.resume_checkpoint is not None:
+                    check_compatible(
+                        self.resume_checkpoint,
+                        self.resume_path,
+                        obs_dims=dict(spec.obs_dims),
+                        action_dim=spec.action_dim,
+                    )
+                    load_algorithm_state(self.algorithm, self.resume_checkpoint, self.resume_path)
                 updates_per_step = OmegaConf.select(self.cfg, "train.updates_per_step", default=None)
                 if updates_per_step is None:
                     updates_per_step = self.algorithm.updates_per_step
                 capacity = int(OmegaConf.select(self.cfg, "replay.capacity", default=1_000_000))
-                capacity = min(capacity, self.num_ticks * spec.num_envs)  # never allocate what cannot fill
-                self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, spec.num_envs)
+                capacity = min(capacity, self.num_ticks * self.num_envs)  # never allocate what cannot fill
+                self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, self.num_envs)
                 ring = IngressRing(segment, list(spec.obs_dims), s.ingress_slots)
                 self.learner = Learner(
                     algorithm=self.algorithm,
@@ -242,16 +309,45 @@ class Runner:
                     raise_at_tick=s.learner_raise_at_tick,
                     seed=int(self.cfg.get("seed", 0)),
                     max_seconds=OmegaConf.select(self.cfg, "train.max_seconds", default=None),
+                    eval_envs=self.num_eval_envs,
+                )
+                if self.resume_checkpoint is not None:
+                    counters = self.resume_checkpoint["counters"]
+                    self.learner.resume(counters["policy_version"], counters["updates"])
+                    restore_rng(self.resume_checkpoint.get("rng") or {}, self.learner.generators)
+                    self.resume_checkpoint = None  # the tensors are in the algorithm now
+                checkpointer = Checkpointer(
+                    self.run_dir,
+                    self.checkpoint_settings,
+                    RunIdentity(
+                        algo=str(OmegaConf.select(self.cfg, "algo.name", default="unknown")),
+                        env=str(OmegaConf.select(self.cfg, "env.name", default=spec.name)),
+                        obs_dims=dict(spec.obs_dims),
+                        action_dim=int(spec.action_dim),
+                        num_envs=self.num_envs,
+                    ),
+                    config=self.cfg,
+                    start_env_steps=self.start_counters["env_steps"],
+                    git_commit=git_commit(Path(__file__).parent),
                 )
                 # Written once everything is built: from here on the run is ticking (tests wait for it).
                 (self.run_dir / "collector.pid").write_text(str(collector.pid))
                 (self.run_dir / "collector.json").write_text(json.dumps(_jsonable(report), indent=1))
                 t_loop = time.perf_counter()
                 log_hook = self._logging_hook(metrics_logger, t_loop)
-                completed = self.learner.run(on_tick=log_hook)
+                ticks_issued = [0]  # ticks whose actions were sent (the counters a checkpoint records)
+
+                def on_tick(tick: int) -> None:
+                    log_hook(tick)
+                    ticks_issued[0] = tick + 1
+                    if checkpointer.due(self.env_steps(tick + 1)):
+                        self._save_checkpoint(checkpointer, tick + 1)
+
+                completed = self.learner.run(on_tick=on_tick)
                 log_hook(None)
+                self._save_checkpoint(checkpointer, ticks_issued[0])  # final: finished or train.max_seconds
                 loop_s = time.perf_counter() - t_loop
-            except RunFailure:
+            except (RunFailure, CheckpointError):
                 raise
             except KeyboardInterrupt:
                 raise Interrupted(signal.SIGINT, tick=self._tick()) from None
@@ -303,15 +399,32 @@ class Runner:
     def _tick(self) -> int | None:
         return None if self.learner is None else self.learner.tick
 
+    def env_steps(self, ticks: int) -> int:
+        """Training env steps after `ticks` ticks of this run (a resumed run starts at its checkpoint's)."""
+        return self.start_counters["env_steps"] + ticks * self.num_envs
+
+    def _save_checkpoint(self, checkpointer: Checkpointer, ticks: int) -> None:
+        learner = self.learner
+        counters = {
+            "env_steps": self.env_steps(ticks),
+            "ticks": self.start_counters["ticks"] + ticks,
+            "updates": learner.updates_done,
+            "policy_version": learner.policy_version,
+        }
+        path = checkpointer.save(self.algorithm, counters, learner.generators)
+        log.info("checkpoint %s (%d env steps)", path, counters["env_steps"])
+
     def _logging_hook(self, metrics_logger: MetricsLogger, t_loop: float) -> Callable[[int | None], None]:
         """`hook(tick)` logs every `logger.interval_env_steps`; `hook(None)` logs a final row if one is due."""
         every = OmegaConf.select(self.cfg, "logger.interval_env_steps", default=50_000) or 50_000
         every_ticks = max(1, int(every) // self.num_envs)
         learner = self.learner
         last = {"time": t_loop, "ticks": 0}
+        console = metrics_logger.console
 
         def hook(tick: int | None) -> None:
             done = learner.ticks_done if tick is None else tick + 1
+            console.update(self.env_steps(done), learner.updates_done)  # host counters; refreshes when due
             if (tick is not None and done % every_ticks) or done == last["ticks"]:
                 return
             now = time.perf_counter()
@@ -319,22 +432,26 @@ class Runner:
             metrics["perf/env_steps_per_s"] = (done - last["ticks"]) * self.num_envs / max(now - last["time"], 1e-9)
             metrics["time/elapsed_s"] = now - t_loop
             last["time"], last["ticks"] = now, done
-            metrics_logger.log(done * self.num_envs, metrics)
+            metrics_logger.log(self.env_steps(done), metrics)
 
         return hook
 
     def _summary(self, report: dict, collector: CollectorProcess, loop_s: float, total_s: float) -> dict[str, Any]:
         learner = self.learner
-        env_steps = learner.ticks_done * self.num_envs
+        steps_here = learner.ticks_done * self.num_envs
         return {
-            "env_steps": env_steps,
-            "ticks": learner.ticks_done,
+            "env_steps": self.env_steps(learner.ticks_done),
+            "ticks": self.start_counters["ticks"] + learner.ticks_done,
             "num_envs": self.num_envs,
+            "eval_envs": self.num_eval_envs,
+            "resumed_from_env_steps": self.start_counters["env_steps"],
             "loop_s": loop_s,
             "total_s": total_s,
-            "env_steps_per_s": env_steps / max(loop_s, 1e-9),
+            "env_steps_per_s": steps_here / max(loop_s, 1e-9),
             "updates": learner.updates_done,
             "policy_version": learner.policy_version,
+            # CUDA-graph captures that failed and fell back to eager (empty when all captured)
+            "graph_errors": dict(getattr(self.algorithm, "graph_errors", {}) or {}),
             "replay_size": len(self.replay),
             **learner.final_counters,
             "device": str(self.device),

@@ -52,22 +52,39 @@ def steady_window(intervals: list[dict], fraction: float) -> tuple[list[dict], f
     return window, start, end, len(keep)
 
 
+def _phase_durations(window: list[dict]) -> dict[str, list[float]]:
+    return {p: [iv["end"] - iv["start"] for iv in window if iv["phase"] == p] for p in ("wait", "inference", "ingest", "update")}
+
+
 def analyse(trace: Path, num_envs: int, fraction: float) -> dict:
-    """Steady-state rate, busy fraction and phase times from a run's timeline."""
+    """Steady-state rate, busy fraction and phase times from a run's timeline.
+
+    Host intervals give the rate and the inference tick latency (obs slot to action
+    slot, wall clock). The update phase is launched asynchronously on CUDA, so the
+    learner's busy time comes from the device track (CUDA events) where it exists.
+    """
     window, start, end, n_ticks = steady_window(load_intervals(trace, "host"), fraction)
     wall_s = (end - start) / 1e6
-    per_phase = {p: [iv["end"] - iv["start"] for iv in window if iv["phase"] == p] for p in ("wait", "inference", "ingest", "update")}
-    busy = sum(sum(per_phase[p]) for p in ("inference", "ingest", "update")) / 1e6
-    update_ticks = [d for d in per_phase["update"]]
+    host = _phase_durations(window)
+    device_all = load_intervals(trace, "device")
+    keep = {iv["tick"] for iv in window}
+    device = _phase_durations([iv for iv in device_all if iv["tick"] in keep]) if device_all else host
+    busy = sum(sum(device[p]) for p in ("inference", "ingest", "update")) / 1e6
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) / 1e3 if xs else 0.0
+
     return {
         "env_steps_per_s": n_ticks * num_envs / wall_s,
         "steady_ticks": n_ticks,
         "learner_busy_fraction": busy / wall_s,
-        "inference_ms_median": statistics.median(per_phase["inference"]) / 1e3,
-        "inference_ms_p90": statistics.quantiles(per_phase["inference"], n=10)[-1] / 1e3,
-        "ingest_ms_median": statistics.median(per_phase["ingest"]) / 1e3 if per_phase["ingest"] else 0.0,
-        "update_ms_median": statistics.median(update_ticks) / 1e3 if update_ticks else 0.0,
-        "wait_ms_median": statistics.median(per_phase["wait"]) / 1e3,
+        "busy_source": "device events" if device_all else "host wall clock",
+        "inference_ms_median": med(host["inference"]),
+        "inference_ms_p90": statistics.quantiles(host["inference"], n=10)[-1] / 1e3,
+        "inference_device_ms_median": med(device["inference"]),
+        "ingest_ms_median": med(device["ingest"]),
+        "update_ms_median": med(device["update"]),
+        "wait_ms_median": med(host["wait"]),
         "tick_ms": 1e3 * wall_s / n_ticks,
     }
 
@@ -148,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                     trim_trace(trace, out / f"timeline_{task}_{name}.json", args.trace_seconds, args.steady_fraction)
                     kept_trace = True
             row = {"task": task, "run": name, **stats, "updates": summary["updates"],
-                   "policy_version": summary["policy_version"], "whole_run_env_steps_per_s": summary["env_steps_per_s"]}
+                   "policy_version": summary["policy_version"], "whole_run_env_steps_per_s": summary["env_steps_per_s"],
+                   "graph_errors": summary.get("graph_errors", {})}
             if name == "ceiling":
                 ceiling = stats["env_steps_per_s"]
                 row["ratio_to_bare"] = ceiling / bare
@@ -164,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"update {stats['update_ms_median']:.2f} ms  tick {stats['tick_ms']:.2f} ms",
                 flush=True,
             )
+            if row["graph_errors"]:
+                print(f"   graph capture fell back to eager: {row['graph_errors']}", flush=True)
     meta = {"num_envs": num_envs, "ticks": ticks, "learner_cpus": learner, "collector_cpus": collector,
             "steady_fraction": args.steady_fraction, "quick": args.quick}
     folder = write_results("end_to_end", rows, meta, out)

@@ -1,9 +1,10 @@
 """`MujocoNpEnv`: the NpEnv contract over `mujoco_uni.batch_env.BatchEnvPool`.
 
 Hot path per `step`: one pool call (all envs, `frame_skip` substeps, sensors
-returned), vectorised numpy for observation/reward/termination, and one sparse
-`pool.reset` for every env that finished, failed or hit the time limit. No
-Python loop over envs anywhere.
+returned), vectorised numpy for observation/reward/termination, and one batched
+reset of every env that finished, failed or hit the time limit (a write of the
+new state rows; the pool's sparse `reset` where the task needs sensors at the
+new state). No Python loop over envs anywhere.
 
 Physics failures are never silent. The pool stops stepping an env after a
 MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
@@ -16,9 +17,9 @@ was chosen on), they are reset, and `info["physics_failures"]` counts them
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-import mujoco
 import numpy as np
 from mujoco_uni.batch_env import BatchEnvPool
 
@@ -71,6 +72,7 @@ class MujocoNpEnv(NpEnv):
         self._qpos_slice = slice(1, 1 + self.nq)
         self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
         self._state = np.zeros((num_envs, self.nstate))
+        self._ones_state = np.ones(self.nstate)
         self._sensordata = np.zeros((num_envs, m.nsensordata))
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
@@ -98,7 +100,12 @@ class MujocoNpEnv(NpEnv):
         return row
 
     def _view(self, state: np.ndarray, sensordata: np.ndarray) -> PhysicsView:
-        return PhysicsView(qpos=state[:, self._qpos_slice], qvel=state[:, self._qvel_slice], sensordata=sensordata)
+        return PhysicsView(
+            qpos=state[:, self._qpos_slice],
+            qvel=state[:, self._qvel_slice],
+            qpos_qvel=state[:, 1 : 1 + self.nq + self.nv],
+            sensordata=sensordata,
+        )
 
     def _states_from(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
         states = np.zeros((qpos.shape[0], self.nstate))
@@ -107,19 +114,27 @@ class MujocoNpEnv(NpEnv):
         return states
 
     def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
-        """Sparse batched reset of `env_ids` (sampled from the task's reset distribution unless given)."""
+        """Batched reset of `env_ids` to `states` (sampled from the task's reset distribution unless given).
+
+        `pool.step` loads every env's full physics state from the array it is given, so
+        a reset is a write of the new rows. Tasks that read sensors (`fresh_sensors`)
+        also need those sensors evaluated at the new state: they go through the pool's
+        sparse `reset` (one threaded `mj_forward` per reset env). For the others that
+        forward pass would compute nothing anyone reads, so it is skipped.
+        """
         if states is None:
             qpos, qvel = self.task.reset_qpos_qvel(self.rng, len(env_ids), self.model.qpos0, self.nv)
             states = self._states_from(qpos, qvel)
-        new_state, new_sensor = self.pool.reset(env_ids, states)
-        self._state[env_ids] = new_state
-        self._sensordata[env_ids] = new_sensor
+        if self.task.fresh_sensors:
+            states, new_sensor = self.pool.reset(env_ids, states)
+            self._sensordata[env_ids] = new_sensor
+        self._state[env_ids] = states
         self._episode_length[env_ids] = 0
         self._episode_return[env_ids] = 0.0
 
     def _observe(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         view = self._view(self._state[rows], self._sensordata[rows])
-        return self.task.observe(view).astype(np.float32)
+        return self.task.observe(view)
 
     # --- contract --------------------------------------------------------------
     def reset(self) -> NpEnvState:
@@ -163,8 +178,9 @@ class MujocoNpEnv(NpEnv):
         )
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
-        # a row sum is non-finite iff some entry is (or the row overflows: a blow-up either way)
-        failed = (np.abs(advanced - self.dt) > 0.5 * self.model.opt.timestep) | ~np.isfinite(state.sum(axis=1))
+        # a row sum is non-finite iff some entry is (or the row overflows: a blow-up either way);
+        # a matrix-vector product is the fastest row sum for narrow rows
+        failed = (np.abs(advanced - self.dt) > 0.5 * self.model.opt.timestep) | ~np.isfinite(state @ self._ones_state)
         self._state = state
         self._sensordata = sensordata
         view = self._view(state, sensordata)

@@ -45,7 +45,7 @@ class Ant(MujocoTask):
         return qpos, qvel
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 2:], p.qvel], axis=1)
+        return np.concatenate([p.qpos[:, 2:], p.qvel], axis=1, dtype=np.float32)
 
     def progress(self, p: PhysicsView) -> np.ndarray:
         return p.qpos[:, 0:2]
@@ -53,7 +53,7 @@ class Ant(MujocoTask):
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
         lo, hi = self.cfg["healthy_z_range"]
         z = p.qpos[:, 2]
-        finite = np.isfinite(p.qpos).all(axis=1) & np.isfinite(p.qvel).all(axis=1)
+        finite = np.isfinite(p.qpos_qvel @ np.ones(p.qpos_qvel.shape[1]))
         return finite & (lo <= z) & (z <= hi)
 
     def reward_terms(self, p, velocity, action, healthy):

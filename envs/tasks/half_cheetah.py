@@ -27,7 +27,7 @@ class HalfCheetah(MujocoTask):
         return qpos, qvel
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 1:], p.qvel], axis=1)
+        return np.concatenate([p.qpos[:, 1:], p.qvel], axis=1, dtype=np.float32)
 
     def reward_terms(self, p, velocity, action, healthy):
         return {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.mujoco.task import MujocoTask, PhysicsView, rows_within
 
 
 class Hopper(MujocoTask):
@@ -32,14 +32,13 @@ class Hopper(MujocoTask):
     )
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1)
+        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)
 
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
         s_lo, s_hi = self.cfg["healthy_state_range"]
         z_lo, z_hi = self.cfg["healthy_z_range"]
         a_lo, a_hi = self.cfg["healthy_angle_range"]
-        healthy_state = ((s_lo < p.qpos[:, 2:]) & (p.qpos[:, 2:] < s_hi)).all(axis=1)
-        healthy_state &= ((s_lo < p.qvel) & (p.qvel < s_hi)).all(axis=1)
+        healthy_state = rows_within(p.qpos_qvel[:, 2:], s_lo, s_hi)  # Gymnasium's state_vector()[2:]
         z, angle = p.qpos[:, 1], p.qpos[:, 2]
         return healthy_state & (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
 

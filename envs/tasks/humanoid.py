@@ -58,7 +58,7 @@ class Humanoid(MujocoTask):
         return spec
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 2:], p.qvel], axis=1)
+        return np.concatenate([p.qpos[:, 2:], p.qvel], axis=1, dtype=np.float32)
 
     def progress(self, p: PhysicsView) -> np.ndarray:
         return p.sensordata[:, 0:2]

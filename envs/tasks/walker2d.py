@@ -30,7 +30,7 @@ class Walker2d(MujocoTask):
     )
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1)
+        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)
 
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
         z_lo, z_hi = self.cfg["healthy_z_range"]

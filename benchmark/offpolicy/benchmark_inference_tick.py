@@ -1,0 +1,157 @@
+"""Where the inference tick's time goes: shared-memory slots vs pinned staging, with and without eval rows.
+
+Builds the real slots (`SharedSegment`, page-locked with cudaHostRegister as the
+runner does) and the real algorithm, then times one inference tick (host obs slot
+-> device -> explore -> env-unit actions -> host action slot) several ways, and a
+per-stage breakdown (synchronising after each stage, so the stages add up to more
+than the tick). JSON/CSV to benchmark/outputs/inference_tick/.
+
+    python -m benchmark.offpolicy.benchmark_inference_tick --algo fastsac --env ant
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmark.machine import OUTPUTS, write_results  # noqa: E402
+from offpolicy.algorithms import make_algorithm  # noqa: E402
+from offpolicy.slots import Layout, SharedSegment  # noqa: E402
+
+
+def _spec(env: str, num_envs: int):
+    import dataclasses
+
+    import envs
+
+    probe = envs.make(env, 1, nthread=1)
+    spec = dataclasses.replace(probe.spec, num_envs=num_envs)
+    probe.close()
+    return spec
+
+
+def timed(fn, ticks: int, warmup: int) -> dict:
+    for _ in range(warmup):
+        fn()
+    lat = []
+    for _ in range(ticks):
+        t0 = time.perf_counter()
+        fn()
+        lat.append(time.perf_counter() - t0)
+    lat_us = sorted(1e6 * x for x in lat)
+    return {"median_us": statistics.median(lat_us), "p90_us": lat_us[int(0.9 * len(lat_us))]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algo", default="fastsac")
+    p.add_argument("--env", default="ant")
+    p.add_argument("--num-envs", type=int, default=1024)
+    p.add_argument("--eval-envs", type=int, default=16)
+    p.add_argument("--ticks", type=int, default=500)
+    p.add_argument("--out", default=str(OUTPUTS / "inference_tick"))
+    args = p.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    n_all = args.num_envs + args.eval_envs
+    spec = _spec(args.env, n_all)
+    cfg = OmegaConf.load(REPO / "conf" / "algo" / f"{args.algo}.yaml")
+    algo = make_algorithm(cfg, _spec(args.env, args.num_envs), device)
+    layout = Layout.for_spec(n_all, dict(spec.obs_dims), spec.action_dim, 2)
+    seg = SharedSegment.create(layout)
+    rows = []
+    try:
+        if device.type == "cuda":
+            ptr = seg.arrays["control"].ctypes.data
+            print("cudaHostRegister:", torch.cuda.cudart().cudaHostRegister(ptr, layout.size, 0))
+        obs_np, reset_np, act_np = seg["obs/actor"], seg["obs/reset_mask"], seg["action/value"]
+        obs_np[:] = np.random.default_rng(0).standard_normal(obs_np.shape)
+        reset_np[:] = False
+        obs_shm, reset_shm, act_shm = torch.from_numpy(obs_np), torch.from_numpy(reset_np), torch.from_numpy(act_np)
+        print("shm is_pinned:", obs_shm.is_pinned() if device.type == "cuda" else None)
+        n = args.num_envs
+        low = torch.as_tensor(spec.action_low, device=device)
+        high = torch.as_tensor(spec.action_high, device=device)
+        mid, half = (high + low) / 2, (high - low) / 2
+        pin = device.type == "cuda"
+        obs_pin = torch.empty(obs_shm.shape, pin_memory=pin)
+        reset_pin = torch.empty(reset_shm.shape, dtype=torch.bool, pin_memory=pin)
+        act_pin = torch.empty(act_shm.shape, pin_memory=pin)
+
+        def sync():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+
+        @torch.no_grad()
+        def learner_like(eval_rows: bool):
+            obs = obs_shm.to(device, non_blocking=True)
+            reset = reset_shm.to(device, non_blocking=True)
+            action = algo.explore({"actor": obs[:n]}, reset[:n])
+            if eval_rows:
+                action = torch.cat([action, algo.act({"actor": obs[n:]})])
+            else:
+                action = torch.cat([action, action[: n_all - n]])
+            env_action = torch.clamp(action * half + mid, low, high)
+            act_shm.copy_(env_action)
+
+        @torch.no_grad()
+        def staged(eval_rows: bool):
+            np.copyto(obs_pin.numpy(), obs_np)
+            np.copyto(reset_pin.numpy(), reset_np)
+            obs = obs_pin.to(device, non_blocking=True)
+            reset = reset_pin.to(device, non_blocking=True)
+            action = algo.explore({"actor": obs[:n]}, reset[:n])
+            if eval_rows:
+                action = torch.cat([action, algo.act({"actor": obs[n:]})])
+            else:
+                action = torch.cat([action, action[: n_all - n]])
+            act_pin.copy_(torch.clamp(action * half + mid, low, high), non_blocking=True)
+            sync()
+            np.copyto(act_np, act_pin.numpy())
+
+        for name, fn in [
+            ("shm_slots+eval", lambda: learner_like(True)),
+            ("shm_slots", lambda: learner_like(False)),
+            ("pinned_staging+eval", lambda: staged(True)),
+            ("pinned_staging", lambda: staged(False)),
+        ]:
+            r = timed(fn, args.ticks, warmup=20)
+            rows.append({"variant": name, **r})
+            print(f"{name:22s} median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
+
+        # per-stage breakdown, synchronising after each stage
+        obs_d = obs_shm.to(device)
+        reset_d = reset_shm.to(device)
+        stages = {
+            "h2d_obs_from_shm": lambda: (obs_shm.to(device, non_blocking=True), sync()),
+            "h2d_obs_from_pinned": lambda: (obs_pin.to(device, non_blocking=True), sync()),
+            "explore": lambda: (algo.explore({"actor": obs_d[:n]}, reset_d[:n]), sync()),
+            "act_eval_rows": lambda: (algo.act({"actor": obs_d[n:]}), sync()),
+            "scale_clamp": lambda: (torch.clamp(obs_d[:, : spec.action_dim] * half + mid, low, high), sync()),
+            "d2h_actions_to_shm": lambda: (act_shm.copy_(obs_d[:, : spec.action_dim]), sync()),
+            "empty_sync": lambda: sync(),
+        }
+        for name, fn in stages.items():
+            r = timed(fn, args.ticks, warmup=20)
+            rows.append({"variant": f"stage:{name}", **r})
+            print(f"stage {name:20s} median {r['median_us']:8.1f} us", flush=True)
+        print("graph_errors:", algo.graph_errors)
+    finally:
+        seg.unlink()
+        seg.close()
+    write_results(f"inference_tick_{args.algo}", rows, {"args": vars(args), "device": str(device)}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
