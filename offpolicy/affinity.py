@@ -239,3 +239,44 @@ class CpuBlockLease:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+
+class JobCpus:
+    """A sweep job confined to its leased CPU block: every thread pinned there until `release`."""
+
+    def __init__(self, lease: CpuBlockLease, previous: dict[int, set[int]]) -> None:
+        self.lease = lease
+        self.cpus = lease.cpus
+        self._previous = previous
+
+    def release(self) -> None:
+        """Restore the process's CPUs (a joblib worker runs the next job) and free the block."""
+        restore(self._previous)
+        self._previous = {}
+        self.lease.release()
+
+
+def confine_job(
+    kind: str, launcher_cfg: Any, sweep_dir: str | os.PathLike, job_num: int, affinity_cfg: Any, log: Any = None
+) -> JobCpus | None:
+    """Lease this job's CPU block (waiting for one if all are taken) and pin the process to it.
+
+    Returns None when the launcher needs no plan or `affinity.mode` is manual (the user
+    chose CPU ids). Within the block, `affinity.mode=auto` then splits learner and
+    collector CPUs as usual, because `available_cpus()` now returns the block.
+    """
+    if str(affinity_cfg.get("mode", "auto")) != "auto":
+        return None
+    blocks = plan_job_blocks(kind, launcher_cfg, available_cpus())
+    if blocks is None:
+        return None
+    lease = CpuBlockLease(blocks, os.path.join(os.fspath(sweep_dir), ".cpu_blocks"), first=job_num % len(blocks))
+
+    def waiting() -> None:
+        if log is not None:
+            log.info("job %d waits for a free CPU block (%d blocks: %s)", job_num, len(blocks), blocks)
+
+    cpus = lease.acquire(on_wait=waiting)
+    if log is not None:
+        log.info("job %d runs on CPU block %d of %d: %s", job_num, lease.index, len(blocks), _fmt(cpus))
+    return JobCpus(lease, pin_process(cpus))

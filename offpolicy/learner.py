@@ -13,6 +13,17 @@ update phase and each tick's actions come from one complete parameter state (the
 timeline proves the first, `tick_versions` and the ingress headers the second).
 Exploration state lives in the algorithm, in this process, and is reset per env
 from the reset mask the collector writes with each observation.
+
+Evaluation rows (`eval_envs`, the last rows of the collector's env): in the same
+inference tick they get `algorithm.act` (the deterministic mean action) instead of
+`explore`, from the first tick on; their transitions are dropped at ingest (never
+in replay, never in `observe`) and only their finished episodes are counted, as
+`eval/return`, `eval/length`, `eval/episodes` since the last log point. So the run
+keeps one actor, on the learner, with no weight copy anywhere and no second env
+pool: evaluation costs the physics of a few rows and a second small forward pass
+per tick. An eval episode spans the policy versions of the ticks it lasted (up to
+`max_episode_steps` ticks), so `eval/return` lags the current policy by at most
+one episode, like a continuously running evaluator.
 """
 
 from __future__ import annotations
@@ -58,6 +69,7 @@ class Learner:
         raise_at_tick: int = -1,
         seed: int = 0,
         max_seconds: float | None = None,
+        eval_envs: int = 0,
     ) -> None:
         self.algorithm = algorithm
         self.replay = replay
@@ -73,10 +85,16 @@ class Learner:
         self.learning_starts = int(learning_starts)
         self.raise_at_tick = int(raise_at_tick)
         self.num_envs = spec.num_envs
+        """rows of the obs/action slots: training rows, then evaluation rows"""
+        self.num_eval_envs = int(eval_envs)
+        self.num_train_envs = self.num_envs - self.num_eval_envs
+        """rows whose transitions go to replay (the algorithm's per-env state has this many)"""
+        if self.num_train_envs < 1 or self.num_eval_envs < 0:
+            raise ValueError(f"eval_envs={eval_envs} must be in [0, {self.num_envs - 1}] for {self.num_envs} env rows")
         self.obs_keys = list(spec.obs_dims)
         self.max_seconds = max_seconds
         """wall-clock budget of the tick loop (None: none); the run then ends early, cleanly"""
-        self.random_ticks = -(-self.learning_starts // self.num_envs)
+        self.random_ticks = -(-self.learning_starts // self.num_train_envs)
         """ticks of uniform-random actions (train.learning_starts env steps), drawn here without the actor"""
         self._generator = torch.Generator(device=device).manual_seed(seed)
         self._observe = getattr(algorithm, "observe", None)
@@ -97,6 +115,14 @@ class Learner:
         self.episode_length_sum = 0
         self.episodes = 0
         self.physics_failures = 0
+        self.eval_return_sum = 0.0
+        self.eval_length_sum = 0
+        self.eval_episodes = 0
+        self.busy_s = {"inference": 0.0, "ingest": 0.0, "update": 0.0}
+        """host wall-clock seconds spent in each phase (perf_counter only, never a device sync; on CUDA the
+        inference tick's action copy waits for queued update work, so the sum is the device's busy time)"""
+        self.inference_ticks = 0
+        self._interval = (time.perf_counter(), 0, 0.0, 0.0, 0)  # metrics(): t, updates, busy s, inference s, ticks
 
         # Views of the slots; on a CPU device the actor reads shared memory directly.
         self._obs_np = {k: segment[f"obs/{k}"] for k in self.obs_keys}
@@ -128,25 +154,35 @@ class Learner:
     @torch.no_grad()
     def inference(self, tick: int) -> None:
         """obs slot -> device -> actor -> env-unit actions in the action slot, stamped and published."""
+        t0 = time.perf_counter()
         nb = self._nonblocking
         obs = {k: v.to(self.device, non_blocking=nb) for k, v in self._obs_host.items()}
         reset_mask = self._reset_host.to(self.device, non_blocking=nb)
+        n = self.num_train_envs
+        if self.num_eval_envs:  # views, no copies: training rows first, evaluation rows last
+            eval_obs = {k: v[n:] for k, v in obs.items()}
+            obs, reset_mask = {k: v[:n] for k, v in obs.items()}, reset_mask[:n]
         if tick < self.random_ticks:
-            shape = (self.num_envs, self.spec.action_dim)
+            shape = (n, self.spec.action_dim)
             action = torch.rand(shape, device=self.device, generator=self._generator) * 2 - 1
         else:
             if tick == self.random_ticks and tick > 0:
                 reset_mask = torch.ones_like(reset_mask)  # exploration state starts fresh after the random phase
             action = self.algorithm.explore(obs, reset_mask)
+        if self.num_eval_envs:
+            action = torch.cat([action, self.algorithm.act(eval_obs)])
         self._tick_actions[tick % 2].copy_(action)
         env_action = torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
         self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
         self.segment.control[ACTION_POLICY_VERSION] = self.policy_version
         self.tick_versions[tick] = self.policy_version
         self.segment.publish(ACTION_TICK, tick)
+        self.busy_s["inference"] += time.perf_counter() - t0
+        self.inference_ticks += 1
 
     def ingest(self, tick: int) -> None:
         """Copy transition `tick` from the ingress ring into replay, then release its slot."""
+        t0 = time.perf_counter()
         slot = self.ring.peek()
         if slot is None:
             raise ProtocolError(f"transition {tick} is not in the ingress ring")
@@ -157,37 +193,57 @@ class Learner:
                 f"tick {tick} was stepped with actions of policy_version {slot.policy_version}, "
                 f"but the learner stamped version {self.tick_versions[tick]}"
             )
+        n = self.num_train_envs  # evaluation rows (the last ones) never reach replay
         self.replay.add(
-            obs=slot.obs,
-            action=self._tick_actions[tick % 2],
-            reward=slot.reward,
-            next_obs=slot.next_obs,
-            terminated=slot.terminated,
-            truncated=slot.truncated,
+            obs={k: v[:n] for k, v in slot.obs.items()},
+            action=self._tick_actions[tick % 2, :n],
+            reward=slot.reward[:n],
+            next_obs={k: v[:n] for k, v in slot.next_obs.items()},
+            terminated=slot.terminated[:n],
+            truncated=slot.truncated[:n],
         )
         if self._observe is not None:
             self._observe(
-                *(torch.from_numpy(a).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
+                *(torch.from_numpy(a[:n]).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
             )
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the copies have left the slot
         if slot.header[HEADER_NUM_DONE]:
             done = slot.terminated | slot.truncated
-            self.episodes += int(done.sum())
-            self.episode_return_sum += float(slot.episode_return[done].sum())
-            self.episode_length_sum += int(slot.episode_length[done].sum())
+            train, evaluation = done[:n], done[n:]
+            self.episodes += int(train.sum())
+            self.episode_return_sum += float(slot.episode_return[:n][train].sum())
+            self.episode_length_sum += int(slot.episode_length[:n][train].sum())
+            if evaluation.any():
+                self.eval_episodes += int(evaluation.sum())
+                self.eval_return_sum += float(slot.episode_return[n:][evaluation].sum())
+                self.eval_length_sum += int(slot.episode_length[n:][evaluation].sum())
         self.physics_failures += int(slot.header[HEADER_PHYSICS_FAILURES])
         self.ring.release()
         self.ticks_done += 1
+        self.busy_s["ingest"] += time.perf_counter() - t0
 
     def update(self) -> None:
         """One update phase; policy_version advances at its end."""
+        t0 = time.perf_counter()
         self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
         self.updates_done += self.updates_per_step
+        self.busy_s["update"] += time.perf_counter() - t0
         # An algorithm that tracks its own version (e.g. delayed actor updates) advances it
         # only when the phase changed the policy; otherwise every phase is a new version.
         version = getattr(self.algorithm, "policy_version", None)
         self.policy_version = self.policy_version + 1 if version is None else int(version)
+
+    @property
+    def generators(self) -> dict[str, torch.Generator]:
+        """The learner's own random generators (checkpointed with the run)."""
+        return {"learner_actions": self._generator}
+
+    def resume(self, policy_version: int, updates_done: int) -> None:
+        """Carry a checkpointed run's counters on; no uniform-random phase (the restored actor acts from tick 0)."""
+        self.policy_version = int(policy_version)
+        self.updates_done = int(updates_done)
+        self.random_ticks = 0
 
     @property
     def learning(self) -> bool:
@@ -203,6 +259,8 @@ class Learner:
         """
         tl = self.timeline
         deadline = None if self.max_seconds is None else time.monotonic() + float(self.max_seconds)
+        busy = sum(self.busy_s.values())
+        self._interval = (time.perf_counter(), self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
         for tick in range(self.num_ticks):
             self.tick = tick
             with tl.phase("wait", tick):
@@ -243,11 +301,26 @@ class Learner:
             "perf/learner_blocked_waits": float(self.waiter.blocked_waits),
             "train/physics_failures": float(self.physics_failures),
         }
+        # Rates over the interval since the previous call: host clocks and counters only.
+        now, busy = time.perf_counter(), sum(self.busy_s.values())
+        t_prev, updates_prev, busy_prev, inference_prev, ticks_prev = self._interval
+        wall = max(now - t_prev, 1e-9)
+        out["perf/updates_per_s"] = (self.updates_done - updates_prev) / wall
+        out["perf/learner_busy_fraction"] = min(1.0, (busy - busy_prev) / wall)
+        if self.inference_ticks > ticks_prev:
+            inference_s = self.busy_s["inference"] - inference_prev
+            out["perf/inference_tick_ms"] = 1e3 * inference_s / (self.inference_ticks - ticks_prev)
+        self._interval = (now, self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
         if self.episodes:
             out["train/episode_return"] = self.episode_return_sum / self.episodes
             out["train/episode_length"] = self.episode_length_sum / self.episodes
             out["train/episodes"] = float(self.episodes)
             self.episode_return_sum, self.episode_length_sum, self.episodes = 0.0, 0, 0
+        if self.eval_episodes:  # deterministic (mean-action) episodes finished since the last log point
+            out["eval/return"] = self.eval_return_sum / self.eval_episodes
+            out["eval/length"] = self.eval_length_sum / self.eval_episodes
+            out["eval/episodes"] = float(self.eval_episodes)
+            self.eval_return_sum, self.eval_length_sum, self.eval_episodes = 0.0, 0, 0
         if self.last_update_metrics:
             names = list(self.last_update_metrics)
             values = torch.stack([self.last_update_metrics[n].detach().float().reshape(()) for n in names]).cpu()

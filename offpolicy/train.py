@@ -6,10 +6,13 @@ exit status with a message on stderr:
 
     0    finished
     1    Hydra could not compose the config (its own message)
-    2    invalid affinity: one line naming the bad CPU ids
+    2    invalid affinity: one line naming the bad CPU ids (or, for a local parallel sweep,
+         a CPU plan that does not fit: offpolicy.affinity.plan_job_blocks)
     3    the collector failed: raised (its traceback is printed), died (e.g. SIGKILL),
          hung past runtime.collector_timeout_s (its stack is dumped), or could not start
     4    the learner raised (its traceback is printed)
+    5    train.resume names a checkpoint that is missing, unreadable, unsafe or made for
+         another run (other algo/env/dims): one line says which; nothing was trained
     130  interrupted by SIGINT: the collector was stopped and shared memory released
     143  terminated by SIGTERM: same clean stop
 
@@ -19,11 +22,15 @@ light (the collector is spawned with `__main__` hidden and never imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
 import hydra
 from omegaconf import DictConfig
+
+EXIT_CHECKPOINT = 5
+"""exit status when train.resume names a bad checkpoint"""
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -31,23 +38,48 @@ def main(cfg: DictConfig) -> None:
     """Compose, run, report."""
     from hydra.core.hydra_config import HydraConfig
 
-    from offpolicy.affinity import AffinityError
+    from offpolicy.affinity import AffinityError, confine_job
+    from offpolicy.checkpoint import CheckpointError
     from offpolicy.lifecycle import RunFailure
+    from offpolicy.logger import RunContext
     from offpolicy.runner import Runner
 
-    run_dir = HydraConfig.get().runtime.output_dir
+    hydra_cfg = HydraConfig.get()
+    context = RunContext.from_hydra(hydra_cfg)
+    job_cpus = None
     try:
-        runner = Runner(cfg, run_dir)
-    except AffinityError as exc:
-        print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    try:
-        runner.run()
-    except RunFailure as failure:
-        report = failure.report()
-        logging.getLogger("offpolicy.train").error(failure.headline())
-        print(report, file=sys.stderr, flush=True)
-        sys.exit(failure.exit_code)
+        try:
+            if context.sweep_dir is not None:  # jobs of a local parallel sweep get disjoint CPU blocks
+                job_cpus = confine_job(
+                    context.launcher,
+                    hydra_cfg.launcher,
+                    context.sweep_dir,
+                    context.job_num or 0,
+                    cfg.get("affinity") or {},
+                    logging.getLogger("offpolicy.train"),
+                )
+                if job_cpus is not None:
+                    context = dataclasses.replace(context, cpu_block=job_cpus.cpus)
+            runner = Runner(cfg, context.output_dir, context=context)
+        except AffinityError as exc:
+            print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        except CheckpointError as exc:
+            print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_CHECKPOINT)
+        try:
+            runner.run()
+        except CheckpointError as exc:
+            print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_CHECKPOINT)
+        except RunFailure as failure:
+            report = failure.report()
+            logging.getLogger("offpolicy.train").error(failure.headline())
+            print(report, file=sys.stderr, flush=True)
+            sys.exit(failure.exit_code)
+    finally:
+        if job_cpus is not None:
+            job_cpus.release()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ def test_runtime_groups_compose_into_a_runner(tmp_path, overrides):
     assert cfg.affinity.mode in ("auto", "manual") and cfg.replay.capacity > 0 and cfg.logger.name in ("none", "wandb")
     runner = Runner(cfg, tmp_path)  # builds nothing heavy until run()
     assert runner.env_factory.target == "envs:make"
-    assert runner.env_factory.kwargs["name"] == "ant" and runner.env_factory.kwargs["num_envs"] == 8
+    assert runner.env_factory.kwargs["name"] == "ant" and runner.num_envs == 8
+    assert runner.env_factory.kwargs["num_envs"] == 8 + cfg.eval.num_envs  # evaluation rows ride along
     assert runner.num_ticks == -(-cfg.train.total_env_steps // 8)
     assert set(runner.affinity.learner_cpus).isdisjoint(runner.affinity.collector_cpus) or runner.affinity.shared
     settings = RuntimeSettings.from_cfg(cfg)

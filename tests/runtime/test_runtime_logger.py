@@ -39,8 +39,8 @@ def test_wandb_goes_offline_without_credentials(tmp_path, monkeypatch):
         def log(self, metrics, step):
             calls.setdefault("log", []).append((metrics, step))
 
-        def finish(self):
-            calls["finished"] = True
+        def finish(self, exit_code=0):
+            calls["finished"] = exit_code == 0
 
     def init(**kwargs):
         calls["init"] = kwargs

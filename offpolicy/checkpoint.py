@@ -1,0 +1,383 @@
+"""Checkpoints: atomic writes, safe loads, one-line errors.
+
+A checkpoint is one `torch.save` file holding only tensors and plain Python
+values (dicts, lists, str, int, float, bool, None), so it loads with
+`torch.load(..., weights_only=True)`: opening a checkpoint never runs code from
+it, and a file someone else shared is as safe to open as one of ours.
+
+What it holds:
+
+    format, format_version   "offpolicy-checkpoint", FORMAT_VERSION
+    algo, env, num_envs      algorithm and env names, training rows (eval rows excluded)
+    obs_dims, action_dim     the env spec's dimensions
+    config                   the resolved run config (plain containers)
+    counters                 env_steps, ticks, updates, policy_version
+    algorithm                `algorithm.state_dict()`: actor, critics and targets,
+                             optimizers and loss scalers, normalisers, temperature
+    rng                      torch CPU and CUDA generator states, the learner's
+                             random-action generator
+    git_commit               the code that wrote it
+
+Not in it: the replay buffer (1M transitions of two observations each are
+gigabytes for Humanoid, and it refills within `train.learning_starts` env
+steps of a resumed run) and the physics state of the collector's envs (a
+resumed run starts fresh episodes).
+
+Writes go to `<path>.tmp`, are fsynced, then renamed over `<path>` with
+`os.replace`, and the directory is fsynced: a crash at any point leaves either
+the previous file or the new one, never a torn file under the final name.
+`latest.pt` is a hard link to the newest `step_<env_steps>.pt`, made the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+FORMAT = "offpolicy-checkpoint"
+FORMAT_VERSION = 1
+"""bumped whenever the layout changes in a way older readers cannot follow"""
+LATEST = "latest.pt"
+COUNTER_KEYS = ("env_steps", "ticks", "updates", "policy_version")
+
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing, unreadable, unsafe or made for another run; the message is one line."""
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a checkpoint must agree with to be loaded into a run."""
+
+    algo: str
+    """`algo.name`"""
+    env: str
+    """`env.name`"""
+    obs_dims: dict[str, int]
+    """feature width per observation key"""
+    action_dim: int
+    """width of the action vector"""
+    num_envs: int
+    """training rows (the algorithm's per-env state has this many rows)"""
+
+    @staticmethod
+    def of(ckpt: dict[str, Any]) -> RunIdentity:
+        """The identity recorded in a loaded checkpoint."""
+        return RunIdentity(
+            algo=str(ckpt["algo"]),
+            env=str(ckpt["env"]),
+            obs_dims={str(k): int(v) for k, v in dict(ckpt["obs_dims"]).items()},
+            action_dim=int(ckpt["action_dim"]),
+            num_envs=int(ckpt["num_envs"]),
+        )
+
+    def describe(self) -> str:
+        return f"algo={self.algo} env={self.env} obs_dims={self.obs_dims} action_dim={self.action_dim}"
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """The `checkpoint` config group as plain values."""
+
+    interval_env_steps: int = 0
+    """env steps between periodic checkpoints (0: only the final one)"""
+    keep_last: int = 0
+    """step files of this run kept on disk, newest first (0: keep all); `latest.pt` always stays"""
+
+    @staticmethod
+    def from_cfg(cfg: DictConfig) -> CheckpointSettings:
+        interval = OmegaConf.select(cfg, "checkpoint.interval_env_steps", default=0) or 0
+        keep = OmegaConf.select(cfg, "checkpoint.keep_last", default=0) or 0
+        if int(interval) < 0 or int(keep) < 0:
+            raise ValueError(f"checkpoint.interval_env_steps ({interval}) and keep_last ({keep}) must be >= 0")
+        return CheckpointSettings(interval_env_steps=int(interval), keep_last=int(keep))
+
+
+# --------------------------------------------------------------------------- RNG state
+
+
+def capture_rng(generators: dict[str, torch.Generator] | None = None) -> dict[str, Any]:
+    """Torch CPU and CUDA RNG states plus the named generators' states (all ByteTensors)."""
+    state: dict[str, Any] = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch_cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]
+    state["generators"] = {name: g.get_state().cpu() for name, g in (generators or {}).items()}
+    return state
+
+
+def restore_rng(state: dict[str, Any], generators: dict[str, torch.Generator] | None = None) -> None:
+    """Inverse of `capture_rng`; CUDA states are restored only onto the same number of devices."""
+    torch.set_rng_state(state["torch_cpu"])
+    cuda = state.get("torch_cuda")
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)
+    saved = state.get("generators", {})
+    for name, g in (generators or {}).items():
+        if name in saved:
+            g.set_state(saved[name])
+
+
+# --------------------------------------------------------------------------- write
+
+
+def config_snapshot(cfg: DictConfig | dict | None) -> dict[str, Any]:
+    """The run config as plain containers (resolved where it can be)."""
+    if cfg is None:
+        return {}
+    if isinstance(cfg, dict):
+        return cfg
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation that only resolves inside Hydra: keep it unresolved
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
+def build_checkpoint(
+    identity: RunIdentity,
+    algorithm_state: dict[str, Any],
+    counters: dict[str, int],
+    rng: dict[str, Any] | None = None,
+    config: DictConfig | dict | None = None,
+    git_commit: str = "unknown",
+) -> dict[str, Any]:
+    """The dict `save_checkpoint` writes."""
+    missing = [k for k in COUNTER_KEYS if k not in counters]
+    if missing:
+        raise ValueError(f"checkpoint counters lack {missing}")
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "algo": identity.algo,
+        "env": identity.env,
+        "num_envs": int(identity.num_envs),
+        "obs_dims": {str(k): int(v) for k, v in identity.obs_dims.items()},
+        "action_dim": int(identity.action_dim),
+        "config": config_snapshot(config),
+        "counters": {k: int(v) for k, v in counters.items()},
+        "algorithm": algorithm_state,
+        "rng": rng or {},
+        "git_commit": git_commit,
+    }
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_save(obj: Any, path: str | Path) -> Path:
+    """`torch.save` to `<path>.tmp`, fsync, rename over `path`; on any failure the temporary file is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def link_latest(target: Path, latest: Path) -> None:
+    """Point `latest` at `target` atomically (hard link; a copy where links are not supported)."""
+    tmp = latest.with_name(latest.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        os.link(target, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(target, tmp)
+    os.replace(tmp, latest)
+    _fsync_dir(latest.parent)
+
+
+def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> Path:
+    """Write a dict made by `build_checkpoint` atomically to `path`."""
+    return atomic_save(checkpoint, path)
+
+
+# --------------------------------------------------------------------------- read
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    """`text` on one line, cut after its first sentence and at `limit` characters."""
+    line = " ".join(str(text).split())
+    line = re.split(r"(?<=\.)\s", line, maxsplit=1)[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check the structure of a checkpoint; never executes code from the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        text = str(exc)
+        found = re.search(r"unsupported GLOBAL\s+([\w.]+)|Unsupported global:\s*GLOBAL\s+([\w.]+)", text, re.I)
+        if found:
+            raise CheckpointError(
+                f"checkpoint {path} was refused: it references the Python object {found.group(1) or found.group(2)}, "
+                "and loading it could execute code (only tensors and plain values are accepted)"
+            ) from None
+        reason = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", text, re.S)
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable (truncated or not a checkpoint): "
+            f"{_one_line(reason.group(1) if reason else text)}"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - zip/EOF/format errors of every kind mean the same thing here
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable (truncated or not a checkpoint): {_one_line(f'{type(exc).__name__}: {exc}')}"
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable (truncated or not a checkpoint): it is not an {FORMAT} file"
+        )
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version}; this code reads versions up to {FORMAT_VERSION}"
+        )
+    missing = [
+        k for k in ("algo", "env", "num_envs", "obs_dims", "action_dim", "counters", "algorithm") if k not in data
+    ]
+    missing += [f"counters.{k}" for k in COUNTER_KEYS if k not in (data.get("counters") or {})]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is unreadable (truncated or not a checkpoint): it lacks {missing}")
+    return data
+
+
+def check_compatible(
+    ckpt: dict[str, Any],
+    path: str | Path,
+    algo: str | None = None,
+    env: str | None = None,
+    obs_dims: dict[str, int] | None = None,
+    action_dim: int | None = None,
+) -> None:
+    """Raise a one-line `CheckpointError` naming every field where the checkpoint and this run differ.
+
+    Fields passed as None are not compared (e.g. the dimensions before the env is built).
+    """
+    have = RunIdentity.of(ckpt)
+    want = {"algo": algo, "env": env, "obs_dims": obs_dims, "action_dim": action_dim}
+    mine = {"algo": have.algo, "env": have.env, "obs_dims": have.obs_dims, "action_dim": have.action_dim}
+    if obs_dims is not None:
+        want["obs_dims"] = {str(k): int(v) for k, v in dict(obs_dims).items()}
+    differ = [k for k, v in want.items() if v is not None and v != mine[k]]
+    if differ:
+        this = " ".join(f"{k}={want[k] if want[k] is not None else mine[k]}" for k in mine)
+        raise CheckpointError(
+            f"checkpoint {path} is for {have.describe()}; this run is {this} (mismatch: {', '.join(differ)})"
+        )
+
+
+def load_algorithm_state(algorithm: Any, ckpt: dict[str, Any], path: str | Path) -> None:
+    """`algorithm.load_state_dict` with any shape or key error turned into a one-line `CheckpointError`."""
+    try:
+        algorithm.load_state_dict(ckpt["algorithm"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit this run's {ckpt.get('algo')} networks "
+            f"(different algo.* sizes or env.num_envs?): {_one_line(f'{type(exc).__name__}: {exc}', 200)}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- periodic + final checkpoints of a run
+
+
+class Checkpointer:
+    """Writes `<run_dir>/checkpoints/step_<env_steps>.pt` every `interval_env_steps` and at the end, plus `latest.pt`."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        settings: CheckpointSettings,
+        identity: RunIdentity,
+        config: DictConfig | dict | None = None,
+        start_env_steps: int = 0,
+        git_commit: str = "unknown",
+    ) -> None:
+        self.directory = Path(run_dir) / "checkpoints"
+        self.settings = settings
+        self.identity = identity
+        self.config = config_snapshot(config)
+        self.git_commit = git_commit
+        self.last_saved_env_steps = int(start_env_steps)
+        """env steps of the newest checkpoint (the resumed one at start)"""
+        self.saved: list[Path] = []
+        """checkpoints written by this run, oldest first"""
+
+    def due(self, env_steps: int) -> bool:
+        """Whether `env_steps` crossed a multiple of the interval since the last checkpoint."""
+        every = self.settings.interval_env_steps
+        return every > 0 and env_steps // every > self.last_saved_env_steps // every
+
+    def save(
+        self,
+        algorithm: Any,
+        counters: dict[str, int],
+        generators: dict[str, torch.Generator] | None = None,
+    ) -> Path:
+        """Write one checkpoint (atomically), move `latest.pt` to it and prune old periodic ones."""
+        ckpt = build_checkpoint(
+            self.identity,
+            algorithm.state_dict(),
+            counters,
+            rng=capture_rng(generators),
+            config=self.config,
+            git_commit=self.git_commit,
+        )
+        env_steps = int(counters["env_steps"])
+        path = save_checkpoint(self.directory / f"step_{env_steps}.pt", ckpt)
+        link_latest(path, self.directory / LATEST)
+        self.last_saved_env_steps = env_steps
+        if path not in self.saved:
+            self.saved.append(path)
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        keep = self.settings.keep_last
+        if keep <= 0:
+            return
+        while len(self.saved) > keep:
+            with contextlib.suppress(FileNotFoundError):
+                self.saved.pop(0).unlink()
+
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointSettings",
+    "Checkpointer",
+    "RunIdentity",
+    "atomic_save",
+    "build_checkpoint",
+    "capture_rng",
+    "check_compatible",
+    "load_algorithm_state",
+    "load_checkpoint",
+    "restore_rng",
+    "save_checkpoint",
+]

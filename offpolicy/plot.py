@@ -1,0 +1,261 @@
+"""Learning curves from local run files: `python -m offpolicy.plot <run or multirun dir>`.
+
+Finds every run under the directory (a folder holding `metrics.csv` or
+`metrics.jsonl` next to `config_resolved.yaml` or `.hydra/config.yaml`), groups
+runs by env and algo, aligns the seeds of a group on a common grid (linear
+interpolation over the range every seed covers) and draws mean and spread over
+seeds against env steps and against wall-clock seconds, one row per env, to one
+PNG. No W&B needed.
+
+    python -m offpolicy.plot multirun/2026-01-02/10-11-12
+    python -m offpolicy.plot runs/ --metric train/episode_return --spread minmax --out curves.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_METRICS = ("eval/return", "train/episode_return")
+"""tried in this order when --metric is not given: evaluation return first, training return as fallback"""
+STEP_KEY = "env_steps"
+TIME_KEY = "time/elapsed_s"
+CONFIG_NAMES = ("config_resolved.yaml", ".hydra/config.yaml")
+GRID_POINTS = 200
+
+
+class PlotError(RuntimeError):
+    """Nothing to plot (no runs, or no run has the metric): a one-line message."""
+
+
+@dataclass
+class RunRecord:
+    """One run's identity and its metric columns (NaN where a row lacks a key)."""
+
+    path: Path
+    env: str
+    algo: str
+    seed: int
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def curve(self, metric: str, x_key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(x, y) over the rows that have both, sorted by x; None when the run never logged `metric`."""
+        if metric not in self.columns or x_key not in self.columns:
+            return None
+        x, y = self.columns[x_key], self.columns[metric]
+        keep = np.isfinite(x) & np.isfinite(y)
+        if not keep.any():
+            return None
+        order = np.argsort(x[keep], kind="stable")
+        return x[keep][order], y[keep][order]
+
+
+def read_rows(run_dir: Path) -> list[dict[str, float]]:
+    """Metric rows of a run: metrics.csv when present, else metrics.jsonl."""
+    csv_path, jsonl_path = run_dir / "metrics.csv", run_dir / "metrics.jsonl"
+    rows: list[dict[str, float]] = []
+    if csv_path.is_file():
+        with csv_path.open(newline="") as f:
+            for raw in csv.DictReader(f):
+                rows.append({k: _to_float(v) for k, v in raw.items() if k is not None})
+    elif jsonl_path.is_file():
+        for line in jsonl_path.read_text().splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a row cut short by a killed run
+            rows.append({k: _to_float(v) for k, v in raw.items()})
+    return rows
+
+
+def _to_float(value: object) -> float:
+    if value is None or value == "":
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _read_config(run_dir: Path) -> dict | None:
+    from omegaconf import OmegaConf
+
+    for name in CONFIG_NAMES:
+        path = run_dir / name
+        if path.is_file():
+            try:
+                return OmegaConf.to_container(OmegaConf.load(path), resolve=False)  # type: ignore[return-value]
+            except Exception:  # noqa: BLE001 - an unreadable config only hides this run's labels
+                return {}
+    return None
+
+
+def find_runs(root: str | Path) -> list[RunRecord]:
+    """Every run under `root` (root itself may be one run), sorted by path."""
+    root = Path(root)
+    if not root.exists():
+        raise PlotError(f"{root} does not exist")
+    candidates = {p.parent for name in ("metrics.csv", "metrics.jsonl") for p in root.rglob(name)}
+    runs = []
+    for run_dir in sorted(candidates):
+        if "wandb" in run_dir.relative_to(root).parts:
+            continue
+        cfg = _read_config(run_dir)
+        if cfg is None:
+            continue
+        rows = read_rows(run_dir)
+        if not rows:
+            continue
+        keys = sorted({k for row in rows for k in row})
+        columns = {k: np.array([row.get(k, math.nan) for row in rows], dtype=np.float64) for k in keys}
+        env = (cfg.get("env") or {}).get("name", "env") if isinstance(cfg.get("env"), dict) else "env"
+        algo = (cfg.get("algo") or {}).get("name", "algo") if isinstance(cfg.get("algo"), dict) else "algo"
+        seed = cfg.get("seed", 0)
+        runs.append(RunRecord(run_dir, str(env), str(algo), int(seed) if isinstance(seed, int) else 0, columns))
+    return runs
+
+
+def choose_metric(runs: list[RunRecord], requested: str | None) -> str:
+    """The requested metric, or the first of DEFAULT_METRICS any run logged."""
+    logged = {k for run in runs for k, v in run.columns.items() if np.isfinite(v).any()}
+    if requested is not None:
+        if requested not in logged:
+            returns = sorted(k for k in logged if "return" in k)
+            raise PlotError(f"no run logged {requested!r}; return metrics present: {returns or 'none'}")
+        return requested
+    for metric in DEFAULT_METRICS:
+        if metric in logged:
+            return metric
+    raise PlotError(f"no run logged any of {list(DEFAULT_METRICS)}; logged: {sorted(logged)}")
+
+
+@dataclass
+class Band:
+    """Mean and spread of one group over its seeds on a common grid."""
+
+    x: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    seeds: int
+
+
+def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], spread: str = "std", points: int = GRID_POINTS) -> Band:
+    """Interpolate every seed onto the x range all of them cover, then mean and std (or min/max) per point."""
+    if not curves:
+        raise ValueError("no curves to aggregate")
+    lo = max(float(x[0]) for x, _ in curves)
+    hi = min(float(x[-1]) for x, _ in curves)
+    if hi > lo:
+        grid = np.linspace(lo, hi, points)
+    else:  # the seeds share no range (e.g. one row each): every logged x, each seed held flat past its ends
+        grid = np.unique(np.concatenate([x for x, _ in curves]))
+    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    mean = ys.mean(axis=0)
+    if spread == "minmax":
+        low, high = ys.min(axis=0), ys.max(axis=0)
+    elif spread == "std":
+        std = ys.std(axis=0)
+        low, high = mean - std, mean + std
+    else:
+        raise ValueError(f"spread must be 'std' or 'minmax', got {spread!r}")
+    return Band(grid, mean, low, high, len(curves))
+
+
+def bands(runs: list[RunRecord], metric: str, x_key: str, spread: str) -> dict[tuple[str, str], Band]:
+    """(env, algo) -> Band over the seeds that logged `metric` against `x_key`."""
+    grouped: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for run in runs:
+        curve = run.curve(metric, x_key)
+        if curve is not None:
+            grouped[(run.env, run.algo)].append(curve)
+    return {key: aggregate(curves, spread) for key, curves in sorted(grouped.items())}
+
+
+def plot(
+    root: str | Path, out: str | Path | None = None, metric: str | None = None, spread: str = "std"
+) -> tuple[Path, str]:
+    """Draw `metric` vs env steps and vs wall-clock for every (env, algo) under `root`; returns (png, metric)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = find_runs(root)
+    if not runs:
+        raise PlotError(f"no runs under {root} (a run is a folder with metrics.csv or metrics.jsonl and its config)")
+    metric = choose_metric(runs, metric)
+    by_steps = bands(runs, metric, STEP_KEY, spread)
+    by_time = bands(runs, metric, TIME_KEY, spread)
+    envs = sorted({env for env, _ in by_steps})
+    algos = sorted({algo for _, algo in by_steps})
+    colors = {algo: f"C{i % 10}" for i, algo in enumerate(algos)}
+    fig, axes = plt.subplots(len(envs), 2, figsize=(12, 4 * len(envs)), squeeze=False)
+    for row, env in enumerate(envs):
+        for col, (curves, xlabel) in enumerate(((by_steps, "env steps"), (by_time, "wall-clock (s)"))):
+            ax = axes[row][col]
+            for (band_env, algo), band in curves.items():
+                if band_env != env:
+                    continue
+                label = f"{algo} ({band.seeds} seed{'s' if band.seeds != 1 else ''})"
+                ax.plot(band.x, band.mean, color=colors[algo], label=label)
+                if band.seeds > 1:
+                    ax.fill_between(band.x, band.low, band.high, color=colors[algo], alpha=0.2, linewidth=0)
+            ax.set_title(f"{env}: {metric} vs {xlabel}")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(metric)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="best", fontsize="small")
+    spread_text = "mean ± std" if spread == "std" else "mean, min–max"
+    fig.suptitle(f"{metric} ({spread_text} over seeds)")
+    fig.tight_layout()
+    out_path = Path(out) if out is not None else Path(root) / f"{metric.replace('/', '_')}.png"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path, metric
+
+
+def summary_lines(root: str | Path, metric: str, spread: str = "std") -> list[str]:
+    """One line per (env, algo): seeds and the final value of the mean curve with its spread."""
+    lines = []
+    for (env, algo), band in bands(find_runs(root), metric, STEP_KEY, spread).items():
+        lines.append(
+            f"{env:>12} {algo:>10}  seeds {band.seeds}  at {band.x[-1]:,.0f} env steps: "
+            f"{band.mean[-1]:.2f} [{band.low[-1]:.2f}, {band.high[-1]:.2f}]"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry; exit status 1 with one line on stderr when there is nothing to plot."""
+    parser = argparse.ArgumentParser(prog="python -m offpolicy.plot", description=__doc__.splitlines()[0])
+    parser.add_argument("dir", help="a run dir, a multirun (sweep) dir, or any folder holding runs")
+    parser.add_argument("--out", default=None, help="PNG path (default: <dir>/<metric>.png)")
+    parser.add_argument("--metric", default=None, help=f"metric to plot (default: first of {list(DEFAULT_METRICS)})")
+    parser.add_argument("--spread", choices=("std", "minmax"), default="std", help="band over seeds")
+    args = parser.parse_args(argv)
+    try:
+        out, metric = plot(args.dir, args.out, args.metric, args.spread)
+    except PlotError as exc:
+        print(f"[offpolicy.plot] {exc}", file=sys.stderr)
+        return 1
+    for line in summary_lines(args.dir, metric, args.spread):
+        print(line)
+    print(f"[offpolicy.plot] wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Checkpoints: atomic writes, exact round trips, safe loading, one-line errors, and resume through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from envs.core import EnvSpec
+from offpolicy import checkpoint as ck
+from offpolicy.algorithms import make_algorithm
+from offpolicy.checkpoint import Checkpointer, CheckpointError, CheckpointSettings, RunIdentity
+from offpolicy.replay import ReplayBuffer
+
+REPO = Path(__file__).resolve().parents[2]
+OBS_DIM, ACTION_DIM, NUM_ENVS = 7, 3, 4
+SMALL = {
+    "fastsac": {"batch_size": 32, "critic_hidden_dim": 32, "actor_hidden_dim": 16},
+    "flashsac": {
+        "batch_size": 32,
+        "critic_hidden_dim": 16,
+        "actor_hidden_dim": 8,
+        "actor_num_blocks": 1,
+        "critic_num_blocks": 1,
+    },
+}
+TINY_TRAIN = [
+    "algo=fastsac",
+    "env=hopper",
+    "env.num_envs=4",
+    "eval.num_envs=2",
+    "algo.batch_size=64",
+    "algo.critic_hidden_dim=32",
+    "algo.actor_hidden_dim=32",
+    "algo.num_atoms=11",
+    "algo.updates_per_step=1",
+    "train.learning_starts=40",
+    "logger=none",
+]
+
+
+def spec(num_envs: int = NUM_ENVS, obs_dim: int = OBS_DIM) -> EnvSpec:
+    return EnvSpec(
+        name="synthetic",
+        num_envs=num_envs,
+        obs_dims={"actor": obs_dim},
+        action_dim=ACTION_DIM,
+        action_low=-np.ones(ACTION_DIM, np.float32),
+        action_high=np.ones(ACTION_DIM, np.float32),
+        dt=0.01,
+        max_episode_steps=1000,
+    )
+
+
+def small(name: str, env_spec: EnvSpec | None = None, **over):
+    return make_algorithm(OmegaConf.create({"name": name, **SMALL[name], **over}), env_spec or spec(), "cpu")
+
+
+def trained(name: str, phases: int = 3):
+    """A small algorithm after a few update phases on random data (optimizer moments, counters all non-trivial)."""
+    algo = small(name)
+    s = spec()
+    gen = torch.Generator().manual_seed(1)
+    replay = ReplayBuffer(1_000, s.obs_dims, s.action_dim, "cpu", num_envs=s.num_envs)
+    for _ in range(20):
+        n = s.num_envs
+        replay.add(
+            obs={"actor": torch.randn(n, OBS_DIM, generator=gen)},
+            action=torch.rand(n, ACTION_DIM, generator=gen) * 2 - 1,
+            reward=torch.randn(n, generator=gen),
+            next_obs={"actor": torch.randn(n, OBS_DIM, generator=gen)},
+            terminated=torch.zeros(n),
+            truncated=torch.zeros(n),
+        )
+        algo.observe(torch.randn(n, generator=gen), torch.zeros(n), torch.zeros(n))
+    for _ in range(phases):
+        algo.update_phase(replay, 4)
+    return algo
+
+
+def identity(name: str = "fastsac", env: str = "synthetic") -> RunIdentity:
+    return RunIdentity(name, env, {"actor": OBS_DIM}, ACTION_DIM, NUM_ENVS)
+
+
+def counters(env_steps: int) -> dict[str, int]:
+    return {"env_steps": env_steps, "ticks": env_steps // NUM_ENVS, "updates": env_steps, "policy_version": 7}
+
+
+def write(path: Path, name: str = "fastsac", env_steps: int = 100, algo=None) -> Path:
+    algo = algo or small(name)
+    cfg = {"algo": {"name": name, **SMALL[name]}, "env": {"name": "synthetic", "options": {}}}
+    return ck.save_checkpoint(
+        path, ck.build_checkpoint(identity(name), algo.state_dict(), counters(env_steps), config=cfg)
+    )
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def test_crash_mid_write_keeps_previous_checkpoint_and_leaves_no_tmp(tmp_path, monkeypatch):
+    algo = trained("fastsac", phases=1)
+    saver = Checkpointer(tmp_path, CheckpointSettings(interval_env_steps=100), identity())
+    saver.save(algo, counters(100))
+    latest = tmp_path / "checkpoints" / "latest.pt"
+    before = latest.read_bytes()
+
+    real_save = torch.save
+
+    def torn_save(obj, f, *args, **kwargs):  # writes half a checkpoint, then the disk "fills up"
+        real_save(obj, f, *args, **kwargs)
+        f.truncate(f.tell() // 2)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(OSError, match="No space"):
+        saver.save(algo, counters(200))
+    monkeypatch.setattr(torch, "save", real_save)
+
+    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert files == ["latest.pt", "step_100.pt"], files  # no step_200.pt, no *.tmp garbage
+    assert latest.read_bytes() == before
+    assert ck.load_checkpoint(latest)["counters"]["env_steps"] == 100
+
+
+def test_periodic_schedule_latest_link_and_pruning(tmp_path):
+    algo = small("fastsac")
+    saver = Checkpointer(
+        tmp_path, CheckpointSettings(interval_env_steps=100, keep_last=2), identity(), start_env_steps=40
+    )
+    due = [s for s in range(44, 500, 4) if saver.due(s) and saver.save(algo, counters(s))]
+    assert due == [100, 200, 300, 400]
+    d = tmp_path / "checkpoints"
+    assert sorted(p.name for p in d.iterdir()) == ["latest.pt", "step_300.pt", "step_400.pt"]
+    assert os.path.samefile(d / "latest.pt", d / "step_400.pt")
+    assert not saver.due(499) and not Checkpointer(tmp_path, CheckpointSettings(0), identity()).due(10**9)
+
+
+# --------------------------------------------------------------------------- round trip
+
+
+@pytest.mark.parametrize("name", ["fastsac", "flashsac"])
+def test_round_trip_restores_actor_counters_and_rng(tmp_path, name):
+    algo = trained(name)
+    gen = torch.Generator().manual_seed(3)
+    torch.rand(5, generator=gen)
+    torch.manual_seed(11)
+    saver = Checkpointer(tmp_path, CheckpointSettings(), identity(name), config={"algo": {"name": name}})
+    path = saver.save(algo, counters(96), generators={"learner_actions": gen})
+    expected_cpu, expected_gen = torch.rand(4), torch.rand(4, generator=gen)
+
+    loaded = ck.load_checkpoint(path)
+    fresh = small(name)
+    ck.load_algorithm_state(fresh, loaded, path)
+    other = torch.Generator().manual_seed(99)
+    torch.manual_seed(0)
+    ck.restore_rng(loaded["rng"], {"learner_actions": other})
+    assert torch.equal(torch.rand(4), expected_cpu) and torch.equal(torch.rand(4, generator=other), expected_gen)
+
+    obs = {"actor": torch.randn(9, OBS_DIM)}
+    assert torch.equal(fresh.act(obs), algo.act(obs))
+    assert loaded["counters"] == counters(96)
+    assert (fresh.policy_version, fresh.total_updates) == (algo.policy_version, algo.total_updates) != (0, 0)
+    for a, b in zip(fresh.critic_opt.state_dict()["state"].values(), algo.critic_opt.state_dict()["state"].values()):
+        assert torch.equal(a["exp_avg"], b["exp_avg"])
+    # training on from the restored state is identical to training on from the original
+    replay = ReplayBuffer(100, {"actor": OBS_DIM}, ACTION_DIM, "cpu")
+    replay.add({"actor": obs["actor"]}, torch.zeros(9, ACTION_DIM), torch.ones(9), obs, torch.zeros(9), torch.zeros(9))
+    torch.manual_seed(5)
+    algo.update_phase(replay, 2)
+    torch.manual_seed(5)
+    fresh.update_phase(replay, 2)
+    assert torch.equal(fresh.act(obs), algo.act(obs))
+    assert loaded["config"]["algo"]["name"] == name and loaded["format_version"] == ck.FORMAT_VERSION
+
+
+# --------------------------------------------------------------------------- safe loading and errors
+
+
+class _Payload:
+    """Runs code when unpickled (what a malicious 'checkpoint' would do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_executes_code_is_refused_not_run(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"format": ck.FORMAT, "format_version": 1, "algorithm": _Payload(marker)}, path)
+    with pytest.raises(CheckpointError, match=r"was refused: it references the Python object posix\.system") as err:
+        ck.load_checkpoint(path)
+    assert not marker.exists()
+    assert "\n" not in str(err.value)
+
+
+def test_missing_truncated_foreign_and_newer_files_give_one_line_errors(tmp_path):
+    good = write(tmp_path / "good.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    foreign = tmp_path / "weights.pt"
+    torch.save({"actor": torch.zeros(3)}, foreign)
+    newer = tmp_path / "newer.pt"
+    data = ck.load_checkpoint(good)
+    torch.save({**data, "format_version": ck.FORMAT_VERSION + 1}, newer)
+    cases = {
+        tmp_path / "nope.pt": f"checkpoint not found: {tmp_path / 'nope.pt'}",
+        truncated: f"checkpoint {truncated} is unreadable (truncated or not a checkpoint)",
+        foreign: f"checkpoint {foreign} is unreadable (truncated or not a checkpoint): it is not an",
+        newer: f"checkpoint {newer} has format version {ck.FORMAT_VERSION + 1}",
+    }
+    for path, message in cases.items():
+        with pytest.raises(CheckpointError) as err:
+            ck.load_checkpoint(path)
+        assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_mismatch_names_every_differing_field(tmp_path):
+    path = write(tmp_path / "c.pt", "fastsac")
+    data = ck.load_checkpoint(path)
+    ck.check_compatible(data, path, algo="fastsac", env="synthetic", obs_dims={"actor": OBS_DIM}, action_dim=3)
+    with pytest.raises(CheckpointError) as err:
+        ck.check_compatible(data, path, algo="flashsac", env="ant", obs_dims={"actor": 27}, action_dim=3)
+    msg = str(err.value)
+    assert msg == (
+        f"checkpoint {path} is for algo=fastsac env=synthetic obs_dims={{'actor': 7}} action_dim=3; "
+        "this run is algo=flashsac env=ant obs_dims={'actor': 27} action_dim=3 (mismatch: algo, env, obs_dims)"
+    )
+    # same names and dims but other network sizes: refused with one line, nothing half-loaded silently
+    with pytest.raises(CheckpointError, match=r"does not fit this run's fastsac networks") as err:
+        ck.load_algorithm_state(small("fastsac", critic_hidden_dim=64), data, path)
+    assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- the real CLI
+
+
+def _train(tmp_path: Path, name: str, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "offpolicy.train", *TINY_TRAIN, *overrides, f"hydra.run.dir={tmp_path / name}"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_through_the_cli_carries_the_counters_on(tmp_path):
+    first = _train(tmp_path, "first", "train.total_env_steps=96", "checkpoint.interval_env_steps=48")
+    assert first.returncode == 0, first.stderr[-3000:]
+    ckdir = tmp_path / "first" / "checkpoints"
+    assert sorted(p.name for p in ckdir.iterdir()) == ["latest.pt", "step_48.pt", "step_96.pt"]
+    saved = ck.load_checkpoint(ckdir / "latest.pt")
+    first_summary = json.loads((tmp_path / "first" / "summary.json").read_text())
+    assert saved["counters"]["env_steps"] == first_summary["env_steps"] == 96
+    assert saved["counters"]["updates"] == first_summary["updates"] > 0
+    assert saved["counters"]["policy_version"] == first_summary["policy_version"] > 0
+    assert saved["num_envs"] == 4 and saved["env"] == "hopper" and saved["algo"] == "fastsac"
+
+    second = _train(
+        tmp_path,
+        "second",
+        "train.total_env_steps=160",
+        f"train.resume={ckdir / 'latest.pt'}",
+        "logger.interval_env_steps=16",
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((tmp_path / "second" / "summary.json").read_text())
+    rows = _rows(tmp_path / "second")
+    assert rows[0]["env_steps"] == 96 + 16 and rows[-1]["env_steps"] == 160  # continues, does not restart at 0
+    assert summary["env_steps"] == 160 and summary["resumed_from_env_steps"] == 96
+    assert summary["replay_size"] == 160 - 96  # replay is not in the checkpoint: refilled by the restored actor
+    assert summary["updates"] > first_summary["updates"]
+    assert summary["policy_version"] > first_summary["policy_version"]
+    final = ck.load_checkpoint(tmp_path / "second" / "checkpoints" / "latest.pt")
+    assert final["counters"]["env_steps"] == 160 and final["counters"]["updates"] == summary["updates"]
+
+
+def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
+    good = tmp_path / "good.pt"
+    # a real hopper/fastsac checkpoint, written without training (dimensions from the env)
+    import envs
+
+    env = envs.make("hopper", 1)
+    obs_dim, act_dim = env.spec.obs_dims["actor"], env.spec.action_dim
+    env.close()
+    hopper = EnvSpec("hopper", 4, {"actor": obs_dim}, act_dim, -np.ones(act_dim), np.ones(act_dim), 0.008, 1000)
+    algo = make_algorithm(OmegaConf.create({"name": "fastsac", **SMALL["fastsac"]}), hopper, "cpu")
+    ident = RunIdentity("fastsac", "hopper", {"actor": obs_dim}, act_dim, 4)
+    ck.save_checkpoint(good, ck.build_checkpoint(ident, algo.state_dict(), {**counters(8), "ticks": 2}))
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:1000])
+    cases = [
+        (tmp_path / "missing.pt", [], f"checkpoint not found: {tmp_path / 'missing.pt'}"),
+        (truncated, [], f"checkpoint {truncated} is unreadable (truncated or not a checkpoint)"),
+        (good, ["env=ant"], f"checkpoint {good} is for algo=fastsac env=hopper"),
+    ]
+    for i, (path, extra, message) in enumerate(cases):
+        proc = _train(tmp_path, f"bad{i}", "train.total_env_steps=64", f"train.resume={path}", *extra, timeout=120)
+        assert proc.returncode == 5, (proc.returncode, proc.stderr[-2000:])
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"[offpolicy] {message}"), proc.stderr
+        assert not (tmp_path / f"bad{i}" / "summary.json").exists()  # never started fresh

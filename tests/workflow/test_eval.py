@@ -1,0 +1,227 @@
+"""Evaluation: eval rows inside training never reach replay; `python -m offpolicy.eval` on a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from envs.core import EnvSpec
+from offpolicy import checkpoint as ck
+from offpolicy.algorithms import make_algorithm
+
+REPO = Path(__file__).resolve().parents[2]
+RUNTIME_TESTS = REPO / "tests" / "runtime"
+if str(RUNTIME_TESTS) not in sys.path:  # fake_env; the spawned collector inherits sys.path
+    sys.path.insert(0, str(RUNTIME_TESTS))
+
+SMALL_FASTSAC = {"name": "fastsac", "batch_size": 32, "critic_hidden_dim": 32, "actor_hidden_dim": 16, "num_atoms": 11}
+
+
+# --------------------------------------------------------------------------- eval rows during training
+
+
+class CountingAlgorithm:
+    """Wraps the test stand-in and records how many rows each inference call saw."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.actor = inner.actor
+        self.updates_per_step = inner.updates_per_step
+        self.batch_size = inner.batch_size
+        self.explore_rows: list[int] = []
+        self.act_rows: list[int] = []
+
+    def explore(self, obs, reset_mask):
+        self.explore_rows.append(int(obs["actor"].shape[0]))
+        assert reset_mask.shape[0] == obs["actor"].shape[0]
+        return self.inner.explore(obs, reset_mask)
+
+    def act(self, obs):
+        self.act_rows.append(int(obs["actor"].shape[0]))
+        return self.inner.act(obs)
+
+    def update_phase(self, replay, num_updates):
+        return self.inner.update_phase(replay, num_updates)
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state)
+
+
+def test_eval_rows_get_the_mean_action_and_never_reach_replay(tmp_path):
+    from offpolicy.runner import Runner
+    from offpolicy.standin import make_standin
+
+    record = tmp_path / "env_record.npz"
+    train_rows, eval_rows, ticks = 4, 2, 30
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "device": "cpu",
+            "experiment": "test",
+            "env": {"name": "fake", "num_envs": train_rows, "options": {"record_path": str(record)}},
+            "eval": {"num_envs": eval_rows},
+            "checkpoint": {"interval_env_steps": 0},
+            "algo": {"name": "standin", "updates_per_step": 1, "batch_size": 16, "hidden": 16},
+            "train": {"total_env_steps": train_rows * ticks, "updates_per_step": None, "learning_starts": 8},
+            "affinity": {"mode": "auto", "learner_count": 1},
+            "replay": {"capacity": 1_000_000},
+            "logger": {"name": "none", "interval_env_steps": 40},
+            "runtime": {"trace": False, "collector_timeout_s": 30.0, "env_factory": "fake_env:make"},
+        }
+    )
+    made = {}
+
+    def factory(algo_cfg, spec, device):
+        made["spec"] = spec
+        made["algo"] = CountingAlgorithm(make_standin(algo_cfg, spec, device))
+        return made["algo"]
+
+    runner = Runner(cfg, tmp_path / "run", algorithm_factory=factory)
+    summary = runner.run()
+    algo = made["algo"]
+
+    assert made["spec"].num_envs == train_rows  # per-env exploration state covers training rows only
+    random_ticks = 8 // train_rows
+    assert algo.explore_rows == [train_rows] * (ticks - random_ticks)
+    assert algo.act_rows == [eval_rows] * ticks  # eval rows use the actor from the first tick on
+    replay = runner.replay
+    assert replay.total_added == len(replay) == train_rows * ticks == summary["replay_size"]
+    assert summary["env_steps"] == train_rows * ticks and summary["eval_envs"] == eval_rows
+    # fake env obs column 0 is the env row: no row >= train_rows ever reached replay
+    rows_in_replay = replay.obs["actor"][: len(replay), 0]
+    assert torch.equal(torch.unique(rows_in_replay), torch.arange(train_rows, dtype=torch.float32))
+    # the collector stepped every row: eval rows are real envs
+    produced = np.load(record)
+    assert produced["action"].shape == (ticks, train_rows + eval_rows, 3)
+    # replay holds exactly the training rows the collector produced, in order
+    expected = produced["obs/actor"][:, :train_rows].reshape(-1, produced["obs/actor"].shape[-1])
+    np.testing.assert_array_equal(replay.obs["actor"][: len(replay)].numpy(), expected)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    eval_points = [r for r in rows if "eval/return" in r]
+    assert eval_points and all(r["eval/episodes"] >= 1 and r["eval/length"] <= 7 for r in eval_points)
+    # every eval episode's row was counted once: fake episodes last at most 7 steps
+    assert sum(r["eval/episodes"] for r in eval_points) >= eval_rows * (ticks // 7)
+
+
+# --------------------------------------------------------------------------- offline evaluation of a checkpoint
+
+
+def hopper_checkpoint(path: Path) -> Path:
+    """A real hopper/fastsac checkpoint with untrained tiny networks (no training needed to test evaluation)."""
+    import envs
+
+    env = envs.make("hopper", 1)
+    s = env.spec
+    env.close()
+    train_spec = EnvSpec("hopper", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000)
+    torch.manual_seed(0)
+    algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
+    ident = ck.RunIdentity("fastsac", "hopper", dict(s.obs_dims), s.action_dim, 4)
+    config = {"algo": SMALL_FASTSAC, "env": {"name": "hopper", "num_envs": 4, "options": {}}}
+    counters = {"env_steps": 400, "ticks": 100, "updates": 50, "policy_version": 50}
+    return ck.save_checkpoint(path, ck.build_checkpoint(ident, algo.state_dict(), counters, config=config))
+
+
+def eval_cfg(checkpoint: Path, **over):
+    from hydra import compose, initialize_config_dir
+
+    overrides = [f"checkpoint={checkpoint}", *(f"{k}={v}" for k, v in over.items())]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="eval", overrides=overrides)
+
+
+def test_evaluate_writes_eval_json_with_deterministic_returns(tmp_path):
+    from offpolicy.eval import evaluate
+
+    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    cfg = eval_cfg(path, episodes=3, max_episode_steps=25)
+    first = evaluate(cfg, tmp_path / "a")
+    second = evaluate(cfg, tmp_path / "b")
+    saved = json.loads((tmp_path / "a" / "eval.json").read_text())
+    assert saved["episodes"] == 3 and len(saved["returns"]) == 3 and saved["video"] is None
+    assert saved["env"] == "hopper" and saved["algo"] == "fastsac" and saved["checkpoint_env_steps"] == 400
+    assert all(1 <= n <= 25 for n in saved["lengths"])
+    assert saved["return_mean"] == pytest.approx(np.mean(saved["returns"]))
+    assert first["returns"] == second["returns"]  # mean actions, seeded resets: repeatable
+
+
+def test_evaluate_refuses_another_env_in_one_line(tmp_path):
+    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    cmd = [sys.executable, "-m", "offpolicy.eval", f"checkpoint={path}", "env=ant", f"hydra.run.dir={tmp_path / 'o'}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"[offpolicy] checkpoint {path} is for algo=fastsac env=hopper obs_dims={{'actor': 11}} action_dim=3; "
+        f"this run is algo=fastsac env=ant obs_dims={{'actor': 11}} action_dim=3 (mismatch: env)"
+    ], proc.stderr
+
+
+def _gl_backend_problem() -> str | None:
+    """None when an offscreen MuJoCo context can be made here with the backend the eval CLI picks."""
+    backend = os.environ.get("MUJOCO_GL") or ("egl" if torch.cuda.is_available() else "osmesa")
+    probe = (
+        "import mujoco; m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size=\".1\"/></worldbody></mujoco>');"
+        "r = mujoco.Renderer(m, 16, 16); r.update_scene(mujoco.MjData(m)); r.render(); r.close()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "MUJOCO_GL": backend},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"no offscreen GL backend (MUJOCO_GL={backend}): {last}; install libosmesa6 (CPU) or use EGL (GPU)"
+
+
+def test_eval_cli_renders_an_mp4_of_the_first_episode(tmp_path):
+    problem = _gl_backend_problem()
+    if problem:
+        pytest.skip(problem)
+    import imageio.v2 as imageio
+
+    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    out = tmp_path / "out"
+    video = tmp_path / "videos" / "hop.mp4"
+    cmd = [
+        sys.executable,
+        "-m",
+        "offpolicy.eval",
+        f"checkpoint={path}",
+        "env=hopper",
+        "episodes=2",
+        "max_episode_steps=12",
+        "video=true",
+        f"video_path={video}",
+        "video_width=64",
+        "video_height=48",
+        "logger=wandb",
+        "logger.mode=offline",  # W&B without network: the video still lands in the run's media
+        f"hydra.run.dir={out}",
+    ]
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[offpolicy] eval fastsac on hopper" in proc.stdout
+    result = json.loads((video.parent / "eval.json").read_text())  # next to the video
+    assert result["video"] == str(video) and result["episodes"] == 2
+    frames = [frame for frame in imageio.get_reader(video)]
+    assert len(frames) == result["video_frames"] == result["lengths"][0]  # one frame per step of episode 0
+    assert frames[0].shape == (48, 64, 3) and np.ptp(np.stack(frames)) > 0  # a picture, not a blank
+    assert result["video_fps"] == pytest.approx(125.0)  # hopper: dt = 0.008 s, real time
+    logged = list((out / "wandb").glob("offline-run-*/files/media/videos/eval/video_*.mp4"))
+    assert len(logged) == 1 and logged[0].read_bytes() == video.read_bytes()

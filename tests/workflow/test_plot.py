@@ -1,0 +1,172 @@
+"""`python -m offpolicy.plot`: finding runs, aligning seeds, the PNG, and the CLI on hand-made metrics files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from offpolicy import plot
+
+REPO = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(
+    run_dir: Path,
+    algo: str,
+    seed: int,
+    steps: list[int],
+    returns: list[float | None],
+    env: str = "hopper",
+    fmt: str = "csv",
+    key: str = "eval/return",
+    seconds_per_step: float = 0.01,
+) -> Path:
+    """A run folder as the runner leaves it: metrics file plus resolved config."""
+    run_dir.mkdir(parents=True)
+    OmegaConf.save(
+        OmegaConf.create({"seed": seed, "env": {"name": env}, "algo": {"name": algo}}), run_dir / "config_resolved.yaml"
+    )
+    rows = []
+    for step, value in zip(steps, returns):
+        row = {"env_steps": step, "time/elapsed_s": step * seconds_per_step, "train/updates": step / 2}
+        if value is not None:
+            row[key] = value
+        rows.append(row)
+    if fmt == "csv":
+        columns = ["env_steps", "time/elapsed_s", "train/updates", key]
+        with (run_dir / "metrics.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def sweep(root: Path) -> Path:
+    """Two algos x two seeds, csv and jsonl mixed, seeds logged on different steps, a Hydra-style layout."""
+    write_run(root / "0", "fastsac", 0, [0, 100, 200, 300], [0.0, 10.0, 20.0, 30.0])
+    write_run(root / "1", "fastsac", 1, [0, 150, 300], [2.0, 17.0, 32.0], fmt="jsonl")
+    write_run(root / "2", "flashsac", 0, [0, 100, 200, 300], [None, 5.0, 5.0, 5.0])
+    write_run(root / "3", "flashsac", 1, [0, 100, 200, 300], [None, 7.0, 7.0, 7.0])
+    return root
+
+
+def test_finds_runs_and_their_labels(tmp_path):
+    runs = plot.find_runs(sweep(tmp_path / "multirun"))
+    assert [(r.env, r.algo, r.seed) for r in runs] == [
+        ("hopper", "fastsac", 0),
+        ("hopper", "fastsac", 1),
+        ("hopper", "flashsac", 0),
+        ("hopper", "flashsac", 1),
+    ]
+    assert np.isnan(runs[2].columns["eval/return"][0])  # missing cell -> NaN, not 0
+
+
+def test_seeds_are_interpolated_onto_their_common_range(tmp_path):
+    runs = plot.find_runs(sweep(tmp_path / "m"))
+    band = plot.bands(runs, "eval/return", "env_steps", "std")[("hopper", "fastsac")]
+    assert band.seeds == 2 and band.x[0] == 0 and band.x[-1] == 300
+    # seed 0: y = x/10; seed 1: y = 2 + x/10 exactly (linear between its points) -> mean 1 + x/10, std 1
+    np.testing.assert_allclose(band.mean, 1 + band.x / 10, atol=1e-9)
+    np.testing.assert_allclose(band.high - band.mean, 1.0, atol=1e-9)
+    flash = plot.bands(runs, "eval/return", "env_steps", "minmax")[("hopper", "flashsac")]
+    assert flash.x[0] == 100  # rows without the metric do not drag the range to 0
+    np.testing.assert_allclose(flash.mean, 6.0)
+    np.testing.assert_allclose(flash.low, 5.0)
+    np.testing.assert_allclose(flash.high, 7.0)
+
+
+def test_range_is_what_every_seed_covers():
+    band = plot.aggregate(
+        [(np.array([0.0, 100.0]), np.array([0.0, 1.0])), (np.array([50.0, 300.0]), np.array([3.0, 3.0]))]
+    )
+    assert band.x[0] == 50 and band.x[-1] == 100
+
+
+def test_metric_falls_back_to_training_return(tmp_path):
+    write_run(tmp_path / "r0", "fastsac", 0, [0, 10], [1.0, 2.0], key="train/episode_return")
+    runs = plot.find_runs(tmp_path)
+    assert plot.choose_metric(runs, None) == "train/episode_return"
+    with pytest.raises(plot.PlotError, match="train/episode_return"):
+        plot.choose_metric(runs, "eval/return")
+
+
+def test_png_has_both_axes_per_env(tmp_path):
+    root = sweep(tmp_path / "m")
+    write_run(root / "4", "fastsac", 0, [0, 100], [1.0, 3.0], env="ant")
+    out, metric = plot.plot(root, tmp_path / "out" / "curves.png", spread="minmax")
+    assert metric == "eval/return"
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(out).shape[:2]
+    assert width > height  # two columns (env steps, wall-clock), two env rows at 4in each: 12in x 8in
+    assert abs(width / height - 12 / 8) < 0.05
+
+
+def test_cli_writes_png_and_summary(tmp_path):
+    root = sweep(tmp_path / "m")
+    proc = subprocess.run(
+        [sys.executable, "-m", "offpolicy.plot", str(root)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "eval_return.png").read_bytes()[:8] == PNG_MAGIC
+    assert "fastsac" in proc.stdout and "seeds 2" in proc.stdout and "31.00" in proc.stdout  # final mean of 30 and 32
+
+
+def test_cli_says_what_is_missing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "offpolicy.plot", str(tmp_path / "empty")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "no runs under" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_plot_of_a_real_run(tmp_path):
+    """One tiny CLI run (logger=none), then the plot command on its dir: local files are enough."""
+    run_dir = tmp_path / "run"
+    train = [
+        sys.executable,
+        "-m",
+        "offpolicy.train",
+        "env=hopper",
+        "env.num_envs=4",
+        "train.total_env_steps=400",
+        "train.learning_starts=100",
+        "algo.batch_size=64",
+        "algo.critic_hidden_dim=32",
+        "algo.actor_hidden_dim=32",
+        "logger=none",
+        "logger.interval_env_steps=40",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.run(train, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = tmp_path / "curves.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "offpolicy.plot", str(run_dir), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    (run,) = plot.find_runs(run_dir)
+    assert (run.env, run.algo, run.seed) == ("hopper", "fastsac", 0)
+    metric = plot.choose_metric([run], None)
+    assert metric in plot.DEFAULT_METRICS
+    assert "hopper" in proc.stdout and "seeds 1" in proc.stdout
