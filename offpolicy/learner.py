@@ -119,8 +119,11 @@ class Learner:
         self.eval_length_sum = 0
         self.eval_episodes = 0
         self.busy_s = {"inference": 0.0, "ingest": 0.0, "update": 0.0}
-        """host wall-clock seconds spent in each phase (perf_counter only, never a device sync; on CUDA the
-        inference tick's action copy waits for queued update work, so the sum is the device's busy time)"""
+        """seconds spent in each phase: host wall clock (perf_counter, never a device sync), except the
+        update phase on CUDA, which is launched asynchronously and runs while the collector steps physics:
+        its device time is read from CUDA events once they completed (`_collect_update_events`)"""
+        self._update_events: list[tuple[Any, Any]] = []
+        """(start, end) CUDA events of update phases whose device time is not yet counted"""
         self.inference_ticks = 0
         self._interval = (time.perf_counter(), 0, 0.0, 0.0, 0)  # metrics(): t, updates, busy s, inference s, ticks
 
@@ -226,9 +229,16 @@ class Learner:
     def update(self) -> None:
         """One update phase; policy_version advances at its end."""
         t0 = time.perf_counter()
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
         self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
         self.updates_done += self.updates_per_step
-        self.busy_s["update"] += time.perf_counter() - t0
+        if self.device.type == "cuda":
+            end.record()
+            self._update_events.append((start, end))
+        else:
+            self.busy_s["update"] += time.perf_counter() - t0
         # An algorithm that tracks its own version (e.g. delayed actor updates) advances it
         # only when the phase changed the policy; otherwise every phase is a new version.
         version = getattr(self.algorithm, "policy_version", None)
@@ -301,7 +311,8 @@ class Learner:
             "perf/learner_blocked_waits": float(self.waiter.blocked_waits),
             "train/physics_failures": float(self.physics_failures),
         }
-        # Rates over the interval since the previous call: host clocks and counters only.
+        # Rates over the interval since the previous call: host clocks, counters and completed events only.
+        self._collect_update_events()
         now, busy = time.perf_counter(), sum(self.busy_s.values())
         t_prev, updates_prev, busy_prev, inference_prev, ticks_prev = self._interval
         wall = max(now - t_prev, 1e-9)
@@ -326,6 +337,16 @@ class Learner:
             values = torch.stack([self.last_update_metrics[n].detach().float().reshape(()) for n in names]).cpu()
             out.update(zip(names, values.tolist(), strict=True))
         return out
+
+    def _collect_update_events(self) -> None:
+        """Add the device time of update phases whose end event has completed (`query()` never blocks)."""
+        pending = []
+        for start, end in self._update_events:
+            if end.query():
+                self.busy_s["update"] += start.elapsed_time(end) / 1e3
+            else:
+                pending.append((start, end))
+        self._update_events = pending
 
     def release_views(self) -> None:
         """Drop every view of the shared segment so its mapping can be closed (counters are kept)."""
