@@ -35,6 +35,17 @@ def gpu_name() -> str | None:
     return None
 
 
+def parse_cpus(text: str | None) -> list[int]:
+    """'0-15' or '1,3,5-7' -> ids; None or '' -> every CPU available to the process."""
+    if not text:
+        return sorted(os.sched_getaffinity(0))
+    ids: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        ids.extend(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
 def machine_info() -> dict:
     """CPU model, core counts, this process's affinity, Python and library versions, date."""
     versions = {}

@@ -18,18 +18,7 @@ import time
 import numpy as np
 
 import envs
-from benchmark.machine import write_results
-
-
-def parse_cpus(text: str | None) -> list[int]:
-    """'2-15' or '1,3,5' -> ids; None -> every CPU available to the process."""
-    if not text:
-        return sorted(os.sched_getaffinity(0))
-    ids: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        ids.extend(range(int(lo), int(hi or lo) + 1))
-    return ids
+from benchmark.machine import parse_cpus, write_results
 
 
 class RecordingPool:

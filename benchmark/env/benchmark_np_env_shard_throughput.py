@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.machine import OUTPUTS, write_results
+from benchmark.machine import OUTPUTS, parse_cpus, write_results
 
 NAME = "np_env_shard_throughput"
 ROW_KEYS = (
@@ -50,17 +50,6 @@ ROW_KEYS = (
 )
 ACTION_BATCHES = 32
 """Distinct pre-sampled action batches per shard, cycled (bounds memory at large env counts)."""
-
-
-def parse_cpus(text: str | None) -> list[int]:
-    """'0-15' or '1,3,5-7' -> ids; None -> every CPU available to the process."""
-    if not text:
-        return sorted(os.sched_getaffinity(0))
-    ids: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        ids.extend(range(int(lo), int(hi or lo) + 1))
-    return ids
 
 
 def partition_cpus(cpus: Sequence[int], shards: int) -> list[list[int]]:

@@ -35,8 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmark.env.benchmark_np_env_overhead import parse_cpus  # noqa: E402
-from benchmark.machine import OUTPUTS, write_results  # noqa: E402
+from benchmark.machine import OUTPUTS, parse_cpus, write_results  # noqa: E402
 from benchmark.offpolicy.benchmark_runtime import bare_physics  # noqa: E402
 from offpolicy.timeline import load_intervals  # noqa: E402
 
