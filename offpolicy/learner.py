@@ -29,6 +29,7 @@ one episode, like a continuously running evaluator.
 from __future__ import annotations
 
 import time
+from array import array
 from typing import Any
 
 import numpy as np
@@ -105,8 +106,9 @@ class Learner:
 
         self.policy_version = 0
         """advances by one at the end of every update phase, never elsewhere"""
-        self.tick_versions = np.full(self.num_ticks, -1, dtype=np.int64)
-        """policy_version used by each tick's actions (the record of property 2)"""
+        self._versions = array("q")
+        """policy_version used by each tick's actions, appended per tick (8 bytes a tick: runs
+        bounded only by wall-clock never allocate for ticks they will not reach)"""
         self.tick = -1
         """the tick in progress (messages)"""
         self.updates_done = 0
@@ -178,7 +180,10 @@ class Learner:
         env_action = torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
         self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
         self.segment.control[ACTION_POLICY_VERSION] = self.policy_version
-        self.tick_versions[tick] = self.policy_version
+        if tick == len(self._versions):
+            self._versions.append(self.policy_version)
+        else:
+            raise ProtocolError(f"inference for tick {tick} after {len(self._versions)} ticks")
         self.segment.publish(ACTION_TICK, tick)
         self.busy_s["inference"] += time.perf_counter() - t0
         self.inference_ticks += 1
@@ -191,10 +196,10 @@ class Learner:
             raise ProtocolError(f"transition {tick} is not in the ingress ring")
         if slot.tick != tick:
             raise ProtocolError(f"ingress slot holds tick {slot.tick}, expected {tick}")
-        if int(slot.header[HEADER_POLICY_VERSION]) != self.tick_versions[tick]:
+        if int(slot.header[HEADER_POLICY_VERSION]) != self._versions[tick]:
             raise ProtocolError(
                 f"tick {tick} was stepped with actions of policy_version {slot.policy_version}, "
-                f"but the learner stamped version {self.tick_versions[tick]}"
+                f"but the learner stamped version {self._versions[tick]}"
             )
         n = self.num_train_envs  # evaluation rows (the last ones) never reach replay
         self.replay.add(
@@ -259,6 +264,11 @@ class Learner:
     def learning(self) -> bool:
         """Whether this tick runs an update phase."""
         return self.updates_per_step > 0 and self.replay.total_added >= self.learning_starts
+
+    @property
+    def tick_versions(self) -> np.ndarray:
+        """policy_version used by each tick's actions so far (the record of property 2)."""
+        return np.frombuffer(self._versions, dtype=np.int64).copy() if self._versions else np.empty(0, np.int64)
 
     # --- loop --------------------------------------------------------------------------
     def run(self, on_tick: Any = None) -> bool:

@@ -3,7 +3,8 @@
 Config keys read here (all read once, into plain attributes, before the loop):
 
     seed, device (auto|cpu|cuda), env.name, env.num_envs, env.<task overrides>
-    train.total_env_steps, train.updates_per_step (0: learning off, the physics+IPC
+    train.total_env_steps (null: none, then train.max_seconds ends the run), train.max_seconds,
+    train.updates_per_step (0: learning off, the physics+IPC
         ceiling), train.learning_starts (env steps before the first update phase)
     affinity.*  (offpolicy.affinity)      replay.capacity      logger.*  (offpolicy.logger)
     runtime.trace, runtime.trace_max_ticks, runtime.ingress_slots, runtime.spin_us,
@@ -70,6 +71,14 @@ from offpolicy.slots import DEFAULT_POLL_S, DEFAULT_SPIN_US, Layout, SharedSegme
 from offpolicy.timeline import Timeline
 
 log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A config value the runner cannot run with (a one-line message naming the key)."""
+
+
+UNBOUNDED_TICKS = 2**62
+"""tick count of a run with `train.total_env_steps=null`: never reached, `train.max_seconds` ends it"""
 
 AlgorithmFactory = Callable[[Any, Any, torch.device], Any]
 
@@ -186,8 +195,13 @@ class Runner:
         self.num_envs = env_rows - self.num_eval_envs
         """training rows: env steps, replay and the algorithm's per-env state count these"""
         if self.num_envs < 1 or self.num_eval_envs < 0:
-            raise ValueError(f"eval.num_envs={self.num_eval_envs} leaves no training rows of {env_rows}")
-        self.total_env_steps = int(OmegaConf.select(cfg, "train.total_env_steps"))
+            raise ConfigError(f"eval.num_envs={self.num_eval_envs} leaves no training rows of {env_rows}")
+        total = OmegaConf.select(cfg, "train.total_env_steps", default=None)
+        max_seconds = OmegaConf.select(cfg, "train.max_seconds", default=None)
+        if total is None and max_seconds is None:
+            raise ConfigError("train.total_env_steps=null needs a wall-clock budget: set train.max_seconds")
+        self.total_env_steps: int | None = None if total is None else int(total)
+        """None: no step budget, the run stops on train.max_seconds"""
         self.checkpoint_settings = CheckpointSettings.from_cfg(cfg)
         resume = OmegaConf.select(cfg, "train.resume", default=None)
         self.resume_path = None if resume in (None, "") else Path(str(resume)).expanduser()
@@ -203,13 +217,16 @@ class Runner:
                 env=OmegaConf.select(cfg, "env.name", default=None),
             )
             self.start_counters = dict(self.resume_checkpoint["counters"])
-            if self.start_counters["env_steps"] >= self.total_env_steps:
+            if self.total_env_steps is not None and self.start_counters["env_steps"] >= self.total_env_steps:
                 raise CheckpointError(
                     f"checkpoint {self.resume_path} is already at {self.start_counters['env_steps']} env steps, "
                     f"train.total_env_steps={self.total_env_steps}: raise the budget to train on"
                 )
-        remaining = self.total_env_steps - self.start_counters["env_steps"]
-        self.num_ticks = max(1, math.ceil(remaining / self.num_envs))
+        if self.total_env_steps is None:
+            self.num_ticks = UNBOUNDED_TICKS  # the learner's deadline ends the run
+        else:
+            remaining = self.total_env_steps - self.start_counters["env_steps"]
+            self.num_ticks = max(1, math.ceil(remaining / self.num_envs))
         self.learning_starts = int(OmegaConf.select(cfg, "train.learning_starts", default=0) or 0)
         self.device = resolve_device(cfg.get("device", "auto"))
         self.affinity: Affinity = resolve_affinity(cfg.get("affinity") or {})

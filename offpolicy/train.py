@@ -42,7 +42,7 @@ def main(cfg: DictConfig) -> None:
     from offpolicy.checkpoint import CheckpointError
     from offpolicy.lifecycle import RunFailure
     from offpolicy.logger import RunContext
-    from offpolicy.runner import Runner
+    from offpolicy.runner import ConfigError, Runner
 
     hydra_cfg = HydraConfig.get()
     context = RunContext.from_hydra(hydra_cfg)
@@ -61,7 +61,7 @@ def main(cfg: DictConfig) -> None:
                 if job_cpus is not None:
                     context = dataclasses.replace(context, cpu_block=job_cpus.cpus)
             runner = Runner(cfg, context.output_dir, context=context)
-        except AffinityError as exc:
+        except (AffinityError, ConfigError) as exc:
             print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
         except CheckpointError as exc:

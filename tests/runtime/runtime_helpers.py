@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,16 @@ def _merge(base: dict, over: dict) -> dict:
 def make_cfg(**overrides: Any):
     """The runner's config with nested overrides, e.g. make_cfg(train={"total_env_steps": 40})."""
     return OmegaConf.create(_merge(BASE_CFG, overrides))
+
+
+STANDIN_CLI = ["algo=standin", f"hydra.searchpath=[file://{HERE / 'conf'}]"]
+"""CLI overrides for the tiny stand-in algorithm of tests/runtime/conf (learns, but in milliseconds)"""
+
+
+def train_cli(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python -m offpolicy.train <overrides> hydra.run.dir=<run_dir>` from the repo root, output captured."""
+    cmd = [sys.executable, "-m", "offpolicy.train", *overrides, f"hydra.run.dir={run_dir}"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def run_in_process(cfg, run_dir: Path, algorithm_factory=None):

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from runtime_helpers import REPO
+from runtime_helpers import REPO, STANDIN_CLI, train_cli
 
-from offpolicy.runner import Runner, RuntimeSettings
+from offpolicy.runner import UNBOUNDED_TICKS, ConfigError, Runner, RuntimeSettings
 
 
 @pytest.mark.parametrize(
@@ -39,17 +37,7 @@ def test_runtime_groups_compose_into_a_runner(tmp_path, overrides):
 
 def test_done_command_runs_end_to_end_on_cpu(tmp_path):
     """`python -m offpolicy.train env=ant env.num_envs=8 train.total_env_steps=2000 logger=none`."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "offpolicy.train",
-        "env=ant",
-        "env.num_envs=8",
-        "train.total_env_steps=2000",
-        "logger=none",
-        f"hydra.run.dir={tmp_path}",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+    proc = train_cli(tmp_path, "env=ant", "env.num_envs=8", "train.total_env_steps=2000", "logger=none")
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["env_steps"] == 2000 and summary["completed"]
@@ -60,3 +48,53 @@ def test_done_command_runs_end_to_end_on_cpu(tmp_path):
     resolved = OmegaConf.load(tmp_path / "config_resolved.yaml")
     assert resolved.env.num_envs == 8 and resolved.train.total_env_steps == 2000
     assert isinstance(resolved.train.updates_per_step, int)  # interpolations resolved
+
+
+def test_budget_preset_is_wall_clock_only(tmp_path):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["env=humanoid", "budget=8min"])
+        plain = compose(config_name="config", overrides=["env=humanoid"])
+    assert cfg.train.total_env_steps is None and cfg.train.max_seconds == 480
+    assert cfg.checkpoint.interval_env_steps == 0
+    assert plain.train.total_env_steps == 1_000_000 and plain.train.max_seconds is None  # budget=none changes nothing
+    runner = Runner(cfg, tmp_path)
+    assert runner.total_env_steps is None and runner.num_ticks == UNBOUNDED_TICKS
+
+
+def test_no_budget_at_all_is_a_config_error(tmp_path):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["env=ant", "train.total_env_steps=null"])
+    with pytest.raises(ConfigError, match=r"train.total_env_steps=null needs a wall-clock budget"):
+        Runner(cfg, tmp_path)
+
+
+def test_wall_clock_run_from_the_cli_stops_on_time(tmp_path):
+    """`budget=8min` shortened to 6 s: no step budget, the deadline ends the run with a final checkpoint."""
+    proc = train_cli(
+        tmp_path,
+        "env=ant",
+        "env.num_envs=8",
+        *STANDIN_CLI,
+        "logger=none",
+        "budget=8min",
+        "train.max_seconds=6",
+        "logger.interval_env_steps=400",
+        "train.learning_starts=800",
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert not summary["completed"]  # cut by the deadline, not a step budget
+    assert 6.0 <= summary["loop_s"] < 12.0
+    assert summary["env_steps"] > 400 and summary["updates"] > 0
+    assert (tmp_path / "checkpoints" / "latest.pt").is_file()
+    assert len(list((tmp_path / "checkpoints").glob("step_*.pt"))) == 1  # only the final one
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) >= 2 and rows[-1]["env_steps"] == summary["env_steps"]
+
+
+def test_no_budget_at_all_from_the_cli_is_one_line(tmp_path):
+    proc = train_cli(tmp_path, "train.total_env_steps=null", "logger=none", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "[offpolicy] invalid config: train.total_env_steps=null needs a wall-clock budget: set train.max_seconds"
+    ]

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from runtime_helpers import HERE, REPO, make_cfg, run_in_process
+from runtime_helpers import STANDIN_CLI, make_cfg, run_in_process, train_cli
 
 from offpolicy.affinity import available_cpus
 
@@ -27,19 +25,9 @@ def _assert_isolated(report: dict, collector_cpus: list[int]) -> None:
 @pytest.mark.skipif(len(available_cpus()) < 2, reason="needs two CPUs to split learner and collector")
 def test_cli_collector_never_imports_torch_and_stays_on_its_cpus(tmp_path):
     """Through the real CLI, whose main module (offpolicy.train) spawn would otherwise re-import in the collector."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "offpolicy.train",
-        "env=ant",
-        "env.num_envs=8",
-        "algo=standin",
-        "logger=none",
-        "train.total_env_steps=400",
-        f"hydra.searchpath=[file://{HERE / 'conf'}]",
-        f"hydra.run.dir={tmp_path}",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = train_cli(
+        tmp_path, "env=ant", "env.num_envs=8", *STANDIN_CLI, "logger=none", "train.total_env_steps=400", timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     cpus = available_cpus()
     learner_cpus, collector_cpus = cpus[:1], cpus[1:]

@@ -30,6 +30,10 @@ BASE_ARGS = [
 ]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class CliRun:
     """`python -m offpolicy.train` in a subprocess, tagged so its descendants can be found afterwards."""
 
@@ -47,6 +51,9 @@ class CliRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # A shell starts background jobs with SIGINT ignored, and Python keeps an inherited
+            # SIG_IGN: give the run Python's Ctrl-C handling however the suite itself was launched.
+            preexec_fn=_default_sigint,
         )
 
     def collector_pid(self, timeout_s: float = 60.0) -> int:
