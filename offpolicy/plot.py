@@ -9,6 +9,7 @@ PNG. No W&B needed.
 
     python -m offpolicy.plot multirun/2026-01-02/10-11-12
     python -m offpolicy.plot runs/ --metric train/episode_return --spread minmax --out curves.png
+    python -m offpolicy.plot runs/ --at-seconds 120 240 480   # + median over seeds at those times (CSV)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ STEP_KEY = "env_steps"
 TIME_KEY = "time/elapsed_s"
 CONFIG_NAMES = ("config_resolved.yaml", ".hydra/config.yaml")
 GRID_POINTS = 200
+RUN_END_SLACK_S = 1.0
+"""a run whose last row is this close to t counts as having run until t (a budget of t ends a hair early)"""
 
 
 class PlotError(RuntimeError):
@@ -227,6 +230,62 @@ def plot(
     return out_path, metric
 
 
+@dataclass
+class Milestone:
+    """`metric` of one (env, algo) group as it stood at `seconds` of wall-clock, over the seeds that ran that long."""
+
+    env: str
+    algo: str
+    seconds: float
+    seeds: int
+    median: float
+    low: float
+    high: float
+    env_steps: float
+    """median over those seeds of the env steps at the row that gave the value"""
+
+
+def milestones(runs: list[RunRecord], metric: str, seconds: list[float]) -> list[Milestone]:
+    """Per (env, algo) and time t: each seed's last logged `metric` at or before t (what was known by then),
+    then median and min/max over the seeds whose run lasted until t (a run that stopped earlier is left out,
+    never held flat; `seeds` 0 gives NaNs)."""
+    grouped: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        if metric in run.columns and TIME_KEY in run.columns:
+            grouped[(run.env, run.algo)].append(run)
+    out = []
+    for (env, algo), group in sorted(grouped.items()):
+        for t in seconds:
+            values, steps = [], []
+            for run in group:
+                times, ys = run.columns[TIME_KEY], run.columns[metric]
+                step_col = run.columns.get(STEP_KEY, np.full_like(times, np.nan))
+                if not np.isfinite(times).any() or np.nanmax(times) < t - RUN_END_SLACK_S:
+                    continue  # this seed never ran until t
+                known = np.flatnonzero(np.isfinite(ys) & np.isfinite(times) & (times <= t))
+                if known.size:
+                    last = known[np.argmax(times[known])]
+                    values.append(float(ys[last]))
+                    steps.append(float(step_col[last]))
+            if values:
+                out.append(Milestone(env, algo, t, len(values), float(np.median(values)), min(values), max(values),
+                                     float(np.median(steps))))  # fmt: skip
+            else:
+                out.append(Milestone(env, algo, t, 0, math.nan, math.nan, math.nan, math.nan))
+    return out
+
+
+def write_milestones(path: Path, metric: str, rows: list[Milestone]) -> None:
+    """CSV: env, algo, seconds, seeds, median/min/max of `metric`, env steps."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env", "algo", "seconds", "seeds", f"{metric} median", f"{metric} min", f"{metric} max",
+                         "env_steps"])  # fmt: skip
+        for m in rows:
+            writer.writerow([m.env, m.algo, m.seconds, m.seeds, m.median, m.low, m.high, m.env_steps])
+
+
 def summary_lines(root: str | Path, metric: str, spread: str = "std") -> list[str]:
     """One line per (env, algo): seeds and the final value of the mean curve with its spread."""
     lines = []
@@ -245,6 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="PNG path (default: <dir>/<metric>.png)")
     parser.add_argument("--metric", default=None, help=f"metric to plot (default: first of {list(DEFAULT_METRICS)})")
     parser.add_argument("--spread", choices=("std", "minmax"), default="std", help="band over seeds")
+    parser.add_argument(
+        "--at-seconds",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="T",
+        help="also tabulate the metric at these wall-clock seconds (median over seeds) to <png stem>_at_seconds.csv",
+    )
     args = parser.parse_args(argv)
     try:
         out, metric = plot(args.dir, args.out, args.metric, args.spread)
@@ -254,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     for line in summary_lines(args.dir, metric, args.spread):
         print(line)
     print(f"[offpolicy.plot] wrote {out}")
+    if args.at_seconds:
+        rows = milestones(find_runs(args.dir), metric, args.at_seconds)
+        for m in rows:
+            value = f"{m.median:.2f} [{m.low:.2f}, {m.high:.2f}] at {m.env_steps:,.0f} env steps" if m.seeds else "n/a"
+            print(f"{m.env:>12} {m.algo:>10}  at {m.seconds:g} s  seeds {m.seeds}: {value}")
+        table = out.with_name(f"{out.stem}_at_seconds.csv")
+        write_milestones(table, metric, rows)
+        print(f"[offpolicy.plot] wrote {table}")
     return 0
 
 

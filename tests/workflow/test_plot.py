@@ -123,6 +123,41 @@ def test_cli_writes_png_and_summary(tmp_path):
     assert "fastsac" in proc.stdout and "seeds 2" in proc.stdout and "31.00" in proc.stdout  # final mean of 30 and 32
 
 
+def test_milestones_are_what_each_seed_knew_by_then(tmp_path):
+    root = sweep(tmp_path / "m")  # times are env steps / 100: fastsac seed 0 logs at 0,1,2,3 s, seed 1 at 0,1.5,3 s
+    write_run(root / "4", "fastsac", 2, [0, 100], [5.0, 6.0])  # stopped after 1 s
+    rows = {(m.algo, m.seconds): m for m in plot.milestones(plot.find_runs(root), "eval/return", [0.5, 1.6, 2.5, 3.0])}
+    early = rows[("fastsac", 0.5)]  # all three ran that long; each still shows its value at 0 s
+    assert (early.seeds, early.median, early.low, early.high) == (3, 2.0, 0.0, 5.0)
+    mid = rows[("fastsac", 1.6)]  # seed 0: 10 (at 1 s), seed 1: 17 (at 1.5 s); seed 2 ended 0.6 s before (within slack)
+    assert (mid.seeds, mid.median, mid.low, mid.high) == (3, 10.0, 6.0, 17.0)
+    assert mid.env_steps == 100.0  # median of 100, 150, 100
+    late = rows[("fastsac", 2.5)]  # seed 2 is left out, never held flat at its last value
+    assert (late.seeds, late.median) == (2, 18.5)  # 20 and 17
+    assert rows[("fastsac", 3.0)].median == 31.0  # 30 and 32
+    none_yet = rows[("flashsac", 0.5)]  # flashsac logged nothing before 1 s
+    assert none_yet.seeds == 0 and np.isnan(none_yet.median)
+    assert rows[("flashsac", 2.5)].median == 6.0  # 5 and 7
+
+
+def test_cli_writes_the_milestone_table(tmp_path):
+    root = sweep(tmp_path / "m")
+    out = tmp_path / "curves.png"
+    cmd = [sys.executable, "-m", "offpolicy.plot", str(root), "--out", str(out), "--at-seconds", "1.6", "3"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with (tmp_path / "curves_at_seconds.csv").open(newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["env"], r["algo"], float(r["seconds"]), int(r["seeds"])) for r in table] == [
+        ("hopper", "fastsac", 1.6, 2),
+        ("hopper", "fastsac", 3.0, 2),
+        ("hopper", "flashsac", 1.6, 2),
+        ("hopper", "flashsac", 3.0, 2),
+    ]
+    assert float(table[0]["eval/return median"]) == 13.5 and float(table[1]["eval/return max"]) == 32.0
+    assert "at 3 s  seeds 2: 31.00 [30.00, 32.00]" in proc.stdout
+
+
 def test_cli_says_what_is_missing(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = subprocess.run(
