@@ -6,23 +6,13 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from sizes import SMALL
 
 from envs.core import EnvSpec
 from offpolicy.algorithms import make_algorithm
 from offpolicy.replay import ReplayBuffer
 
 NUM_ENVS, OBS_DIM, ACTION_DIM = 6, 7, 3
-
-SMALL = {
-    "fastsac": {"batch_size": 32, "critic_hidden_dim": 32, "actor_hidden_dim": 16},
-    "flashsac": {
-        "batch_size": 32,
-        "critic_hidden_dim": 16,
-        "actor_hidden_dim": 8,
-        "actor_num_blocks": 1,
-        "critic_num_blocks": 1,
-    },
-}
 
 
 def make_spec(

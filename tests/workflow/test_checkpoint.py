@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from sizes import SMALL
 
 from envs.core import EnvSpec
 from offpolicy import checkpoint as ck
@@ -21,16 +22,6 @@ from offpolicy.replay import ReplayBuffer
 
 REPO = Path(__file__).resolve().parents[2]
 OBS_DIM, ACTION_DIM, NUM_ENVS = 7, 3, 4
-SMALL = {
-    "fastsac": {"batch_size": 32, "critic_hidden_dim": 32, "actor_hidden_dim": 16},
-    "flashsac": {
-        "batch_size": 32,
-        "critic_hidden_dim": 16,
-        "actor_hidden_dim": 8,
-        "actor_num_blocks": 1,
-        "critic_num_blocks": 1,
-    },
-}
 TINY_TRAIN = [
     "algo=fastsac",
     "env=hopper",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from sizes import TINY_HOPPER_CLI
 
 from offpolicy.logger import MetricsLogger, Progress, RunContext, wandb_init_kwargs, wandb_mode
 
@@ -197,16 +198,7 @@ def test_console_off_and_bad_mode():
 
 # --- the real CLI ---------------------------------------------------------------------------
 
-TINY = [
-    "env=hopper",
-    "env.num_envs=4",
-    "train.total_env_steps=200",
-    "train.learning_starts=100",
-    "algo.batch_size=64",
-    "algo.critic_hidden_dim=32",
-    "algo.actor_hidden_dim=32",
-    "logger.interval_env_steps=100",
-]
+TINY = TINY_HOPPER_CLI
 
 
 def fresh_machine_env(home: Path) -> dict[str, str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from sizes import TINY_HOPPER_CLI
 
 from offpolicy.affinity import AffinityError, CpuBlockLease, launcher_kind, plan_job_blocks, split_blocks
 
@@ -101,17 +102,7 @@ def test_a_dead_jobs_block_is_free_again(tmp_path):
 
 # --- two-job sweeps through the launchers (CI runs these) ----------------------------------------
 
-TINY = [
-    "env=hopper",
-    "env.num_envs=4",
-    "train.total_env_steps=200",
-    "train.learning_starts=100",
-    "algo.batch_size=64",
-    "algo.critic_hidden_dim=32",
-    "algo.actor_hidden_dim=32",
-    "logger=none",
-    "logger.interval_env_steps=100",
-]
+TINY = [*TINY_HOPPER_CLI, "logger=none"]
 
 
 def sweep(tmp_path: Path, *overrides: str, timeout: int = 300) -> tuple[subprocess.CompletedProcess, Path]:
