@@ -127,6 +127,9 @@ class Learner:
         self._update_events: list[tuple[Any, Any]] = []
         """(start, end) CUDA events of update phases whose device time is not yet counted"""
         self.inference_ticks = 0
+        self.warmup_s: dict[str, float] = {}
+        """host seconds of the first inference tick, the first with the policy's own actions and the
+        first update phase: these calls compile and capture (`first_*` keys)"""
         self._interval = (time.perf_counter(), 0, 0.0, 0.0, 0)  # metrics(): t, updates, busy s, inference s, ticks
 
         # Views of the slots; on a CPU device the actor reads shared memory directly.
@@ -185,7 +188,12 @@ class Learner:
         else:
             raise ProtocolError(f"inference for tick {tick} after {len(self._versions)} ticks")
         self.segment.publish(ACTION_TICK, tick)
-        self.busy_s["inference"] += time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        self.busy_s["inference"] += elapsed
+        if not self.inference_ticks:
+            self.warmup_s["first_inference"] = elapsed
+        if tick == self.random_ticks:
+            self.warmup_s["first_policy_inference"] = elapsed
         self.inference_ticks += 1
 
     def ingest(self, tick: int) -> None:
@@ -238,6 +246,8 @@ class Learner:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
+        if "first_update_phase" not in self.warmup_s:  # host time: compiling runs on the host
+            self.warmup_s["first_update_phase"] = time.perf_counter() - t0
         self.updates_done += self.updates_per_step
         if self.device.type == "cuda":
             end.record()

@@ -51,6 +51,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from offpolicy.affinity import Affinity, pin_process, resolve_affinity, restore
+from offpolicy.algorithms.base import start_compile_workers
 from offpolicy.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -278,6 +279,10 @@ class Runner:
                     list(self.affinity.learner_cpus),
                     self.device,
                 )
+                if self.device.type == "cuda" and OmegaConf.select(self.cfg, "algo.compile", default=False):
+                    # compile warm-up: kernels compile on the learner's and the (still idle) collector's CPUs
+                    workers = start_compile_workers(self.affinity.learner_cpus + self.affinity.collector_cpus)
+                    log.info("torch.compile workers: %d", workers)
                 saved_affinity = pin_process(self.affinity.learner_cpus)
                 # torch's CPU threads on the learner's CPUs only (default: one per machine core)
                 torch.set_num_threads(len(self.affinity.learner_cpus))
@@ -469,6 +474,8 @@ class Runner:
             "policy_version": learner.policy_version,
             # CUDA-graph captures that failed and fell back to eager (empty when all captured)
             "graph_errors": dict(getattr(self.algorithm, "graph_errors", {}) or {}),
+            # host seconds of the first calls, which carry torch.compile and CUDA-graph warm-up
+            "warmup_s": dict(learner.warmup_s),
             "replay_size": len(self.replay),
             **learner.final_counters,
             "device": str(self.device),

@@ -10,7 +10,9 @@ per update-phase shape, one per inference batch size). On CPU everything is eage
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 
@@ -25,6 +27,8 @@ CRITIC_OBS_KEY = "critic"
 """Observation key of privileged critic inputs; the critic falls back to `actor` without it."""
 
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- maths shared by both algorithms
@@ -188,6 +192,43 @@ def frozen(module: nn.Module):
 
 
 # --------------------------------------------------------------------------- CUDA-graph capture
+
+
+def start_compile_workers(cpus: Iterable[int]) -> int:
+    """Start torch.compile's kernel-compile worker pool on `cpus`; call it before the learner is pinned.
+
+    Inductor compiles the kernels it generates in a pool of worker processes, one per CPU the
+    process may use when the pool is created, and the workers inherit the affinity of the
+    thread that creates it. Created lazily inside a learner pinned to its one or two CPUs, the
+    pool gets that many workers on those CPUs while the collector's cores idle through the
+    warm-up (the collector waits for the actions of the tick being compiled). Started here, from
+    a thread allowed on `cpus` for the moment (the run's learner and collector CPUs), it gets a
+    worker per CPU; after the warm-up the workers sleep, and Inductor stops them after a minute
+    idle. `TORCHINDUCTOR_COMPILE_THREADS` still sets the count. Returns the number of workers
+    started, 0 when none were (then Inductor creates its pool lazily, as before).
+    """
+    cpus = sorted(set(cpus))
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._inductor.async_compile import AsyncCompile
+    except ImportError:  # a torch without Inductor: nothing to start
+        return 0
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        inductor_config.compile_threads = min(32, len(cpus))
+    threads = int(inductor_config.compile_threads or 1)
+    if threads <= 1:
+        return 0
+    previous = os.sched_getaffinity(0)  # this thread's mask; the pool's processes inherit it
+    try:
+        os.sched_setaffinity(0, cpus)
+        AsyncCompile.warm_pool()
+        AsyncCompile.use_process_pool()  # submits a no-op: the workers start now, not at the first kernel
+    except Exception as exc:  # noqa: BLE001 - Inductor internals; the lazy pool still works
+        log.warning("could not start %d compile workers on CPUs %s (%s); Inductor starts its own", threads, cpus, exc)
+        return 0
+    finally:
+        os.sched_setaffinity(0, previous)
+    return threads
 
 
 class CapturedCall:
