@@ -5,6 +5,11 @@ process and the collector the rest (on a 2-core machine: learner [0], collector
 [1]). `mode: manual` takes explicit lists, validated to be non-empty, disjoint and
 available to the process; a bad list fails with one line naming the bad ids.
 Affinity is applied on the cold path only (process start, pool construction).
+One exception to "the collector's CPUs are the collector's": on CUDA with
+`algo.compile`, the runner starts torch.compile's kernel-compile workers on the
+learner's and the collector's CPUs before pinning the learner
+(`offpolicy.algorithms.base.start_compile_workers`); they compile while the
+collector waits for the first compiled tick and sleep afterwards.
 """
 
 from __future__ import annotations
