@@ -86,6 +86,10 @@ def test_wall_clock_run_from_the_cli_stops_on_time(tmp_path):
     assert not summary["completed"]  # cut by the deadline, not a step budget
     assert 6.0 <= summary["loop_s"] < 12.0
     assert summary["env_steps"] > 400 and summary["updates"] > 0
+    # the calls that compile on CUDA are timed on every device (CPU: eager, so short)
+    warmup = summary["warmup_s"]
+    assert set(warmup) == {"first_inference", "first_policy_inference", "first_update_phase"}
+    assert all(0.0 < v < summary["loop_s"] for v in warmup.values())
     assert (tmp_path / "checkpoints" / "latest.pt").is_file()
     assert len(list((tmp_path / "checkpoints").glob("step_*.pt"))) == 1  # only the final one
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
