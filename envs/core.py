@@ -39,6 +39,8 @@ class EnvSpec:
     """the Gymnasium environment whose semantics this task reproduces"""
     gymnasium_kwargs: dict[str, Any] = field(default_factory=dict)
     """keyword options passed to Gymnasium that this task matches"""
+    reward_range: tuple[float, float] | None = None
+    """bounds (low, high) of one step's reward where the task has them (value supports are sized from it)"""
 
 
 @dataclass

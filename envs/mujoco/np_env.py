@@ -91,6 +91,7 @@ class MujocoNpEnv(NpEnv):
             max_episode_steps=task.max_episode_steps,
             gymnasium_id=task.gymnasium_id,
             gymnasium_kwargs=task.gymnasium_kwargs(),
+            reward_range=task.reward_range,
         )
 
     # --- helpers ---------------------------------------------------------------

@@ -57,6 +57,8 @@ class MujocoTask:
     xml_file: ClassVar[str]
     frame_skip: ClassVar[int]
     max_episode_steps: ClassVar[int] = 1000
+    reward_range: ClassVar[tuple[float, float] | None] = None
+    """bounds (low, high) of one step's reward (EnvSpec.reward_range); None where the task declares none"""
     fresh_sensors: ClassVar[bool] = False
     """Recompute sensors on the final state of a step (one extra mj_forward per env)."""
     defaults: ClassVar[dict[str, Any]] = {}
