@@ -79,6 +79,10 @@ class NpEnv:
         """Apply `actions` (num_envs, action_dim) in env units, auto-reset finished envs."""
         raise NotImplementedError
 
+    def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Start new episodes on rows `env_ids` now (between steps); returns their first observations per key."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release native resources (worker threads)."""
 

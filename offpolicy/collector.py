@@ -17,7 +17,9 @@ Handshake over a pipe (cold path), then the tick loop over shared memory:
 
 One tick (see docs/design.md): write obs_t and the reset mask into the obs slot,
 publish OBS_TICK=t; wait for ACTION_TICK=t; step physics; write transition t into
-the next free ingress slot (block while the ring is full); loop.
+the next free ingress slot (block while the ring is full); reset the rows the
+learner asked to reset with tick t's actions (a snapshot evaluation starts; their
+first observations go into obs_{t+1}, their reset mask is set); loop.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from offpolicy.slots import (
     CONSUMED,
     OBS_TICK,
     PHYSICS_FAILURES,
+    RESET_REQUEST_TICK,
     STOP,
     CollectorState,
     SharedSegment,
@@ -188,6 +191,7 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
     obs_slot = {k: segment[f"obs/{k}"] for k in obs_keys}
     reset_slot = segment["obs/reset_mask"]
     action_slot = segment["action/value"]
+    reset_request = segment["action/reset_request"]
     control = segment.control
     ring = IngressRing(segment, obs_keys, ring_slots)
     waiter = Waiter(segment, cfg.spin_us, cfg.poll_s)
@@ -227,6 +231,8 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
         slot.terminated[:] = state.terminated
         slot.truncated[:] = state.truncated
         done = state.terminated | state.truncated
+        if failures:
+            slot.physics_failed[:] = state.info["physics_failed"]
         if "episode_return" in state.info:
             slot.episode_return[:] = state.info["episode_return"]
             slot.episode_length[:] = state.info["episode_length"]
@@ -242,6 +248,12 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
         if tick + 1 < cfg.num_ticks:
             for k in obs_keys:
                 obs_slot[k][:] = state.obs[k]
+            if control[RESET_REQUEST_TICK] == tick:  # rows the learner wants fresh (a snapshot evaluation starts)
+                rows = np.flatnonzero(reset_request)
+                first_obs = env.reset_rows(rows)
+                for k in obs_keys:
+                    obs_slot[k][rows] = first_obs[k]
+                done = done | reset_request
             reset_slot[:] = done
             segment.publish(OBS_TICK, tick + 1)
     # Leave only once the learner released every transition: none is in flight at exit.
@@ -263,6 +275,9 @@ class FaultInjectingEnv:
 
     def reset(self) -> Any:
         return self.env.reset()
+
+    def reset_rows(self, rows: Any) -> Any:
+        return self.env.reset_rows(rows)
 
     def step(self, actions: Any) -> Any:
         tick, self.steps = self.steps, self.steps + 1

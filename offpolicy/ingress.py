@@ -3,7 +3,7 @@
 Each slot holds one whole vector step: obs, the action applied (env units),
 reward, next obs (the pre-reset observation where an episode ended, so truncated
 episodes can bootstrap), terminated, truncated, plus episode statistics and a
-header (tick, policy_version, physics failures).
+header (tick, policy_version, physics failures) with the rows whose physics failed.
 
 Two monotonic counters in the control block govern it: PRODUCED (slots written by
 the collector) and CONSUMED (slots released by the learner). Slot `i` of the
@@ -41,6 +41,8 @@ class TransitionSlot:
     truncated: np.ndarray
     episode_return: np.ndarray
     episode_length: np.ndarray
+    physics_failed: np.ndarray
+    """rows whose physics failed (valid only where the header counts failures)"""
 
     @property
     def tick(self) -> int:
@@ -70,6 +72,7 @@ class IngressRing:
                 truncated=segment[f"ring{i}/truncated"],
                 episode_return=segment[f"ring{i}/episode_return"],
                 episode_length=segment[f"ring{i}/episode_length"],
+                physics_failed=segment[f"ring{i}/physics_failed"],
             )
             for i in range(ring_slots)
         ]

@@ -14,16 +14,25 @@ timeline proves the first, `tick_versions` and the ingress headers the second).
 Exploration state lives in the algorithm, in this process, and is reset per env
 from the reset mask the collector writes with each observation.
 
-Evaluation rows (`eval_envs`, the last rows of the collector's env): in the same
-inference tick they get `algorithm.act` (the deterministic mean action) instead of
-`explore`, from the first tick on; their transitions are dropped at ingest (never
-in replay, never in `observe`) and only their finished episodes are counted, as
-`eval/return`, `eval/length`, `eval/episodes` since the last log point. So the run
-keeps one actor, on the learner, with no weight copy anywhere and no second env
-pool: evaluation costs the physics of a few rows and a second small forward pass
-per tick. An eval episode spans the policy versions of the ticks it lasted (up to
-`max_episode_steps` ticks), so `eval/return` lags the current policy by at most
-one episode, like a continuously running evaluator.
+Evaluation rows (`eval_envs`, the last rows of the collector's env) run snapshot
+evaluations (`offpolicy.evaluation`): at an eval point the learner freezes a copy of
+the actor (`algorithm.snapshot_actor()`, recording its policy_version), asks the
+collector to reset those rows after this tick's step, and from the next tick on
+they act with the frozen copy's mean action (`algorithm.act_snapshot`) in the same
+inference phase as the training rows, until each row finished its episodes. Their
+transitions are dropped at ingest (never in replay, never in `observe`). So every
+inference still happens between complete update phases, every training action of
+a tick comes from the tick's policy_version, and every eval episode from one
+frozen snapshot.
+
+Stopping: `request_stop(signum)` (the runner's SIGINT/SIGTERM handler) makes the
+loop leave at the next tick boundary or inside its next wait, with the algorithm
+between update phases (a consistent state to checkpoint). Physics failures: the
+rows the collector marks as failed never reach replay. Non-finite actions never
+reach the collector (they become the action range's midpoint and are counted);
+an algorithm exposing `nonfinite_streak` (consecutive skipped updates with
+non-finite losses, a device tensor read without blocking) stops the run after
+`max_nonfinite_updates` in a row.
 """
 
 from __future__ import annotations
@@ -35,10 +44,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from offpolicy.evaluation import EvalSchedule, EvalSettings, SnapshotEval
 from offpolicy.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
 from offpolicy.lifecycle import CollectorProcess
 from offpolicy.replay import ReplayBuffer
-from offpolicy.slots import ACTION_POLICY_VERSION, ACTION_TICK, OBS_TICK, PRODUCED, SharedSegment, Waiter
+from offpolicy.slots import (
+    ACTION_POLICY_VERSION,
+    ACTION_TICK,
+    OBS_TICK,
+    PRODUCED,
+    RESET_REQUEST_TICK,
+    SharedSegment,
+    Waiter,
+)
 from offpolicy.timeline import Timeline
 
 
@@ -48,6 +66,18 @@ class ProtocolError(RuntimeError):
 
 class InjectedLearnerFault(RuntimeError):
     """Raised by runtime.fault.learner_raise_at_tick."""
+
+
+class StopRequested(Exception):
+    """A SIGINT/SIGTERM asked the loop to stop; raised at a tick boundary or inside a wait."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stop requested by signal {signum}")
+
+
+class NonFiniteUpdates(RuntimeError):
+    """Too many consecutive updates had non-finite losses (each was skipped; the parameters are intact)."""
 
 
 class Learner:
@@ -71,6 +101,11 @@ class Learner:
         seed: int = 0,
         max_seconds: float | None = None,
         eval_envs: int = 0,
+        eval_settings: EvalSettings | None = None,
+        start_env_steps: int = 0,
+        max_nonfinite_updates: int = 100,
+        sleep_at_tick: int = -1,
+        sleep_s: float = 0.0,
     ) -> None:
         self.algorithm = algorithm
         self.replay = replay
@@ -85,6 +120,10 @@ class Learner:
         self.updates_per_step = int(updates_per_step)
         self.learning_starts = int(learning_starts)
         self.raise_at_tick = int(raise_at_tick)
+        self.sleep_at_tick, self.sleep_s = int(sleep_at_tick), float(sleep_s)
+        """test hook: the update phase of this tick sleeps this long (a deliberately long learner phase)"""
+        self.in_update = False
+        """inside an update phase (a stop landing here leaves part of its updates applied)"""
         self.num_envs = spec.num_envs
         """rows of the obs/action slots: training rows, then evaluation rows"""
         self.num_eval_envs = int(eval_envs)
@@ -93,6 +132,26 @@ class Learner:
         if self.num_train_envs < 1 or self.num_eval_envs < 0:
             raise ValueError(f"eval_envs={eval_envs} must be in [0, {self.num_envs - 1}] for {self.num_envs} env rows")
         self.obs_keys = list(spec.obs_dims)
+        self.start_env_steps = int(start_env_steps)
+        """training env steps before this run's first tick (a resumed run's)"""
+        self.eval_settings = eval_settings or EvalSettings(num_envs=self.num_eval_envs, interval_s=None)
+        self.eval_schedule = EvalSchedule(self.eval_settings, max_seconds)
+        self.current_eval: SnapshotEval | None = None
+        """the snapshot evaluation running on the eval rows, if any"""
+        self.eval_results: list[dict[str, Any]] = []
+        """finished snapshot evaluations not yet logged (the runner logs and clears them)"""
+        self.eval_history: list[dict[str, Any]] = []
+        """every finished snapshot evaluation of this run (summary, tests)"""
+        self.max_nonfinite_updates = int(max_nonfinite_updates)
+        self._streak_check: tuple[Any, torch.Tensor] | None = None
+        """(event, pinned host copy) of the algorithm's non-finite streak after the last update phase"""
+        self._nonfinite_actions = torch.zeros((), dtype=torch.int64, device=device)
+        """rows whose action had a non-finite entry (device counter, read at log time)"""
+        self.stop_signal: int | None = None
+        """set by `request_stop`: the loop leaves at the next tick boundary or wait"""
+        self._loop_start = time.monotonic()
+        self._tick_s = 0.0
+        """recent seconds per tick (exponential average; sizes the first evaluation's duration)"""
         self.max_seconds = max_seconds
         """wall-clock budget of the tick loop (None: none); the run then ends early, cleanly"""
         self.random_ticks = -(-self.learning_starts // self.num_train_envs)
@@ -117,9 +176,8 @@ class Learner:
         self.episode_length_sum = 0
         self.episodes = 0
         self.physics_failures = 0
-        self.eval_return_sum = 0.0
-        self.eval_length_sum = 0
-        self.eval_episodes = 0
+        self.dropped_transitions = 0
+        """training transitions of failed physics steps kept out of replay"""
         self.busy_s = {"inference": 0.0, "ingest": 0.0, "update": 0.0}
         """seconds spent in each phase: host wall clock (perf_counter, never a device sync), except the
         update phase on CUDA, which is launched asynchronously and runs while the collector steps physics:
@@ -136,6 +194,9 @@ class Learner:
         self._obs_np = {k: segment[f"obs/{k}"] for k in self.obs_keys}
         self._reset_np = segment["obs/reset_mask"]
         self._action_np = segment["action/value"]
+        reset_request = segment["action/reset_request"]
+        reset_request[:] = False
+        reset_request[self.num_train_envs :] = True  # only evaluation rows are ever reset on request
         self._obs_host = {k: torch.from_numpy(v) for k, v in self._obs_np.items()}
         self._reset_host = torch.from_numpy(self._reset_np)
         self._action_host = torch.from_numpy(self._action_np)
@@ -157,7 +218,17 @@ class Learner:
     def wait_for_obs(self, tick: int) -> None:
         """Block until the collector published obs of `tick` (collector health-checked)."""
         self.collector.arm_deadline(tick)
-        self.waiter.wait_at_least(OBS_TICK, tick, self.collector.check)
+        self.waiter.wait_at_least(OBS_TICK, tick, self.check)
+
+    def check(self) -> None:
+        """Run inside every blocking wait: a requested stop, then the collector's health."""
+        if self.stop_signal is not None:
+            raise StopRequested(self.stop_signal)
+        self.collector.check()
+
+    def request_stop(self, signum: int) -> None:
+        """Ask the loop to stop at the next tick boundary or wait (signal handlers call this)."""
+        self.stop_signal = signum
 
     @torch.no_grad()
     def inference(self, tick: int) -> None:
@@ -178,7 +249,10 @@ class Learner:
                 reset_mask = torch.ones_like(reset_mask)  # exploration state starts fresh after the random phase
             action = self.algorithm.explore(obs, reset_mask)
         if self.num_eval_envs:
-            action = torch.cat([action, self.algorithm.act(eval_obs)])
+            action = torch.cat([action, self.algorithm.act_snapshot(eval_obs)])
+        finite = torch.isfinite(action).all(-1, keepdim=True)
+        action = torch.where(finite, action, 0.0)  # never send NaN/inf to physics: the range's midpoint
+        self._nonfinite_actions += (~finite).sum()
         self._tick_actions[tick % 2].copy_(action)
         env_action = torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
         self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
@@ -188,6 +262,7 @@ class Learner:
         else:
             raise ProtocolError(f"inference for tick {tick} after {len(self._versions)} ticks")
         self.segment.publish(ACTION_TICK, tick)
+        self.collector.actions_published(tick)
         elapsed = time.perf_counter() - t0
         self.busy_s["inference"] += elapsed
         if not self.inference_ticks:
@@ -210,14 +285,29 @@ class Learner:
                 f"but the learner stamped version {self._versions[tick]}"
             )
         n = self.num_train_envs  # evaluation rows (the last ones) never reach replay
-        self.replay.add(
-            obs={k: v[:n] for k, v in slot.obs.items()},
-            action=self._tick_actions[tick % 2, :n],
-            reward=slot.reward[:n],
-            next_obs={k: v[:n] for k, v in slot.next_obs.items()},
-            terminated=slot.terminated[:n],
-            truncated=slot.truncated[:n],
-        )
+        failures = int(slot.header[HEADER_PHYSICS_FAILURES])
+        failed = slot.physics_failed[:n] if failures else None
+        if failed is not None and failed.any():  # a failed step is no transition: it never reaches replay
+            keep = np.flatnonzero(~failed)
+            keep_t = torch.from_numpy(keep).to(self.device)
+            self.replay.add(
+                obs={k: v[keep] for k, v in slot.obs.items()},
+                action=self._tick_actions[tick % 2, :n][keep_t],
+                reward=slot.reward[keep],
+                next_obs={k: v[keep] for k, v in slot.next_obs.items()},
+                terminated=slot.terminated[keep],
+                truncated=slot.truncated[keep],
+            )
+            self.dropped_transitions += int(failed.sum())
+        else:
+            self.replay.add(
+                obs={k: v[:n] for k, v in slot.obs.items()},
+                action=self._tick_actions[tick % 2, :n],
+                reward=slot.reward[:n],
+                next_obs={k: v[:n] for k, v in slot.next_obs.items()},
+                terminated=slot.terminated[:n],
+                truncated=slot.truncated[:n],
+            )
         if self._observe is not None:
             self._observe(
                 *(torch.from_numpy(a[:n]).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
@@ -226,15 +316,15 @@ class Learner:
             torch.cuda.current_stream(self.device).synchronize()  # the copies have left the slot
         if slot.header[HEADER_NUM_DONE]:
             done = slot.terminated | slot.truncated
-            train, evaluation = done[:n], done[n:]
+            train = done[:n]
             self.episodes += int(train.sum())
             self.episode_return_sum += float(slot.episode_return[:n][train].sum())
             self.episode_length_sum += int(slot.episode_length[:n][train].sum())
-            if evaluation.any():
-                self.eval_episodes += int(evaluation.sum())
-                self.eval_return_sum += float(slot.episode_return[n:][evaluation].sum())
-                self.eval_length_sum += int(slot.episode_length[n:][evaluation].sum())
-        self.physics_failures += int(slot.header[HEADER_PHYSICS_FAILURES])
+            if self.current_eval is not None:
+                self.current_eval.observe(tick, done[n:], slot.episode_return[n:], slot.episode_length[n:])
+                if self.current_eval.complete:
+                    self._finish_eval()
+        self.physics_failures += failures
         self.ring.release()
         self.ticks_done += 1
         self.busy_s["ingest"] += time.perf_counter() - t0
@@ -245,7 +335,11 @@ class Learner:
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+        self.in_update = True
+        if self.tick == self.sleep_at_tick:
+            time.sleep(self.sleep_s)
         self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
+        self.in_update = False
         if "first_update_phase" not in self.warmup_s:  # host time: compiling runs on the host
             self.warmup_s["first_update_phase"] = time.perf_counter() - t0
         self.updates_done += self.updates_per_step
@@ -258,6 +352,65 @@ class Learner:
         # only when the phase changed the policy; otherwise every phase is a new version.
         version = getattr(self.algorithm, "policy_version", None)
         self.policy_version = self.policy_version + 1 if version is None else int(version)
+        streak = getattr(self.algorithm, "nonfinite_streak", None)
+        if streak is not None:
+            self._watch_streak(streak)
+
+    def _watch_streak(self, streak: torch.Tensor) -> None:
+        """Stop the run once the algorithm skipped `max_nonfinite_updates` updates in a row (never blocks)."""
+        if self._streak_check is not None:
+            event, host = self._streak_check
+            if event is None or event.query():
+                value = int(host)
+                if value >= self.max_nonfinite_updates:
+                    raise NonFiniteUpdates(
+                        f"{value} updates in a row had non-finite losses and were skipped "
+                        f"(train.max_nonfinite_updates={self.max_nonfinite_updates}); the parameters are those "
+                        "before the first of them"
+                    )
+                self._streak_check = None
+        if self._streak_check is None:
+            if self.device.type == "cuda":
+                host = torch.empty((), dtype=streak.dtype, pin_memory=True)
+                host.copy_(streak, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                self._streak_check = (event, host)
+            else:
+                self._streak_check = (None, streak.detach().clone())
+
+    # --- snapshot evaluation -------------------------------------------------------------
+    def env_steps_done(self) -> int:
+        """Training env steps whose transitions reached replay (a resumed run counts from its checkpoint's)."""
+        return self.start_env_steps + self.ticks_done * self.num_train_envs
+
+    def _maybe_start_eval(self, tick: int) -> None:
+        """Freeze a snapshot and reset the eval rows after this tick's step when an eval point is due."""
+        if not self.num_eval_envs:
+            return
+        elapsed = time.monotonic() - self._loop_start
+        per_row = self.eval_settings.episodes_per_row
+        estimate = per_row * (self.spec.max_episode_steps + 1) * self._tick_s
+        if not self.eval_schedule.due(elapsed, self.env_steps_done(), self.current_eval is not None, estimate):
+            return
+        self.algorithm.snapshot_actor()  # on the learner's stream, after the last update phase: one complete state
+        self.current_eval = SnapshotEval(
+            policy_version=self.policy_version,
+            env_steps=self.env_steps_done(),
+            snapshot_s=elapsed,
+            reset_tick=tick,
+            rows=self.num_eval_envs,
+            per_row=per_row,
+            started_at=time.monotonic(),
+        )
+        self.segment.control[RESET_REQUEST_TICK] = tick  # read by the collector after it saw ACTION_TICK = tick
+
+    def _finish_eval(self) -> None:
+        evaluation, self.current_eval = self.current_eval, None
+        self.eval_schedule.finished(time.monotonic() - evaluation.started_at)
+        result = evaluation.result()
+        self.eval_results.append(result)
+        self.eval_history.append(result)
 
     @property
     def generators(self) -> dict[str, torch.Generator]:
@@ -288,15 +441,22 @@ class Learner:
         last tick or two are then accounted as in flight (the collector is stopped).
         """
         tl = self.timeline
-        deadline = None if self.max_seconds is None else time.monotonic() + float(self.max_seconds)
+        if self.num_eval_envs:  # idle eval rows act with a snapshot too (their episodes count only in evaluations)
+            self.algorithm.snapshot_actor()
+        self._loop_start = time.monotonic()
+        deadline = None if self.max_seconds is None else self._loop_start + float(self.max_seconds)
         busy = sum(self.busy_s.values())
         self._interval = (time.perf_counter(), self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
+        t_prev = time.monotonic()
         for tick in range(self.num_ticks):
             self.tick = tick
+            if self.stop_signal is not None:
+                raise StopRequested(self.stop_signal)
             with tl.phase("wait", tick):
                 self.wait_for_obs(tick)
             if tick == self.raise_at_tick:
                 raise InjectedLearnerFault(f"injected fault (runtime.fault.learner_raise_at_tick={tick})")
+            self._maybe_start_eval(tick)
             with tl.phase("inference", tick, policy_version=self.policy_version):
                 self.inference(tick)
             if tick > 0:
@@ -308,13 +468,16 @@ class Learner:
                 tl.annotate_last(new_policy_version=self.policy_version)
             if on_tick is not None:
                 on_tick(tick)
-            if deadline is not None and time.monotonic() > deadline and tick + 1 < self.num_ticks:
+            now = time.monotonic()
+            self._tick_s = now - t_prev if tick < 2 else 0.95 * self._tick_s + 0.05 * (now - t_prev)
+            t_prev = now
+            if deadline is not None and now > deadline and tick + 1 < self.num_ticks:
                 return False
         last = self.num_ticks - 1
         self.tick = self.num_ticks
         with tl.phase("wait", self.num_ticks):
             self.collector.arm_deadline(last)
-            self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.collector.check)
+            self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.check)
         with tl.phase("ingest", self.num_ticks, transition=last):
             self.ingest(last)
         return True
@@ -325,11 +488,11 @@ class Learner:
             "train/policy_version": float(self.policy_version),
             "train/updates": float(self.updates_done),
             "train/replay_size": float(len(self.replay)),
-            "perf/ingress_produced": float(self.ring.produced),
-            "perf/ingress_consumed": float(self.ring.consumed),
-            "perf/ingress_full_waits": float(self.ring.full_waits),
+            **self._ring_counters(),
             "perf/learner_blocked_waits": float(self.waiter.blocked_waits),
             "train/physics_failures": float(self.physics_failures),
+            "train/dropped_transitions": float(self.dropped_transitions),
+            "train/nonfinite_actions": float(self._nonfinite_actions),  # one small device read, at log time
         }
         # Rates over the interval since the previous call: host clocks, counters and completed events only.
         self._collect_update_events()
@@ -347,16 +510,22 @@ class Learner:
             out["train/episode_length"] = self.episode_length_sum / self.episodes
             out["train/episodes"] = float(self.episodes)
             self.episode_return_sum, self.episode_length_sum, self.episodes = 0.0, 0, 0
-        if self.eval_episodes:  # deterministic (mean-action) episodes finished since the last log point
-            out["eval/return"] = self.eval_return_sum / self.eval_episodes
-            out["eval/length"] = self.eval_length_sum / self.eval_episodes
-            out["eval/episodes"] = float(self.eval_episodes)
-            self.eval_return_sum, self.eval_length_sum, self.eval_episodes = 0.0, 0, 0
         if self.last_update_metrics:
             names = list(self.last_update_metrics)
             values = torch.stack([self.last_update_metrics[n].detach().float().reshape(()) for n in names]).cpu()
             out.update(zip(names, values.tolist(), strict=True))
         return out
+
+    def _ring_counters(self) -> dict[str, float]:
+        if self.ring is None:  # views released: the counters read at release
+            counters = {k: float(v) for k, v in self.final_counters.items()}
+        else:
+            counters = {
+                "ingress_produced": float(self.ring.produced),
+                "ingress_consumed": float(self.ring.consumed),
+                "ingress_full_waits": float(self.ring.full_waits),
+            }
+        return {f"perf/{k}": v for k, v in counters.items()}
 
     def _collect_update_events(self) -> None:
         """Add the device time of update phases whose end event has completed (`query()` never blocks)."""

@@ -18,16 +18,18 @@ or failed to start); 4 learner failed; 130 interrupted by SIGINT; 143 by SIGTERM
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 import time
 import types
 from contextlib import contextmanager
 from typing import Any
 
 from offpolicy.collector import THREAD_CAP_VARS, CollectorConfig, collector_main
-from offpolicy.slots import COLLECTOR_STATE, STOP, CollectorState, Layout, SharedSegment
+from offpolicy.slots import COLLECTOR_STATE, PRODUCED, STOP, CollectorState, Layout, SharedSegment
 
 EXIT_OK = 0
 EXIT_COLLECTOR_FAILED = 3
@@ -46,6 +48,8 @@ class RunFailure(Exception):
         self.cause = cause
         self.detail = detail
         self.tick = tick
+        self.checkpoint: str | None = None
+        """the final checkpoint written on the way out (the learner state was intact), if any"""
         super().__init__(self.headline())
 
     def headline(self) -> str:
@@ -55,6 +59,8 @@ class RunFailure(Exception):
     def report(self) -> str:
         """The message printed at exit: one headline, then the traceback if there is one."""
         text = f"[offpolicy] run failed: {self.headline()}"
+        if self.checkpoint:
+            text += f"\n[offpolicy] the learner state was intact: checkpoint {self.checkpoint}"
         if self.detail:
             text += f"\n--- {self.side} traceback ---\n{self.detail.rstrip()}"
         return text
@@ -81,13 +87,19 @@ class LearnerFailed(RunFailure):
 class Interrupted(RunFailure):
     """SIGINT or SIGTERM: a clean stop on request (both sides stopped, memory released)."""
 
-    def __init__(self, signum: int, tick: int | None = None) -> None:
+    def __init__(self, signum: int, tick: int | None = None, at_once: bool = False) -> None:
         self.signum = signum
+        self.at_once = at_once
+        """a second signal: stopped wherever the learner was, no checkpoint"""
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
         super().__init__("runner", f"interrupted by {signal.Signals(signum).name}", tick=tick)
 
     def report(self) -> str:
-        return f"[offpolicy] {self.headline()}: collector stopped, shared memory released; exit status {self.exit_code}"
+        saved = f"; checkpoint {self.checkpoint} (resume with train.resume=<it>)" if self.checkpoint else ""
+        return (
+            f"[offpolicy] {self.headline()}: collector stopped, shared memory released{saved}; "
+            f"exit status {self.exit_code}"
+        )
 
 
 def _signal_name(exitcode: int) -> str:
@@ -147,6 +159,8 @@ class CollectorProcess:
         self.tick = -1
         """the tick the learner is waiting on (for messages)"""
         self._deadline = float("inf")
+        self._owed = (-1, float("inf"))
+        """(tick, deadline): the transition of `tick` is owed by then (its actions were published)"""
         self._next_liveness_check = 0.0
         self.hung = False
         """set when the collector missed its deadline: `stop` then skips the grace period"""
@@ -202,6 +216,39 @@ class CollectorProcess:
         """The collector now owes observations of `tick` within `timeout_s`."""
         self.tick = tick
         self._deadline = time.monotonic() + self.timeout_s
+
+    def actions_published(self, tick: int) -> None:
+        """The collector now owes transition `tick` within `timeout_s` (the watchdog's deadline)."""
+        self._owed = (tick, time.monotonic() + self.timeout_s)
+
+    def problem(self) -> bool:
+        """Whether the collector died, failed or owes a transition past its deadline (never blocks; any thread)."""
+        if self.process is None:
+            return False
+        if mp.connection.wait([self.process.sentinel], 0):
+            return True
+        if self.segment is not None and self.segment.control is not None:
+            control = self.segment.control
+            if control[COLLECTOR_STATE] == CollectorState.FAILED:
+                return True
+            tick, deadline = self._owed
+            if int(control[PRODUCED]) <= tick and time.monotonic() > deadline:
+                return True
+        return False
+
+    def check_now(self) -> None:
+        """`check` without its rate limit, plus the owed-transition deadline (the watchdog's interrupt)."""
+        self._next_liveness_check = 0.0
+        self.check()
+        tick, deadline = self._owed
+        control = self.segment.control if self.segment is not None else None
+        if control is not None and int(control[PRODUCED]) <= tick and time.monotonic() > deadline:
+            self.hung = True
+            self._dump_stack()
+            raise CollectorFailed(
+                f"hung: tick {tick} did not finish within {self.timeout_s:.1f} s (runtime.collector_timeout_s); "
+                f"its stack was dumped to stderr above"
+            )
 
     def check(self) -> None:
         """Raise `CollectorFailed` if the collector failed, died or is past its deadline."""
@@ -289,3 +336,64 @@ class CollectorProcess:
             self.conn = None
         if self.segment is not None:
             self.segment.unlink()
+
+
+WATCHDOG_SIGNAL = signal.SIGUSR2
+"""sent by the watchdog thread to the main thread to interrupt whatever the learner is doing"""
+
+
+class Watchdog:
+    """Notices a dead, failed or hung collector while the learner is busy, within `period_s`.
+
+    The learner checks the collector inside every wait, but a long phase (the first
+    update phase with its compile warm-up, a big update phase, a checkpoint write)
+    runs without waiting. This thread polls `collector.problem()` (the process
+    sentinel, the collector's state word, the transition it owes) and, when it sees
+    one, sends `WATCHDOG_SIGNAL` to the main thread; the handler there raises the
+    collector's `CollectorFailed`, which ends the run through the usual path (a
+    blocking call of the main thread returns early on the signal). After `stop`,
+    a late signal is ignored.
+    """
+
+    def __init__(self, collector: CollectorProcess, period_s: float = 0.1) -> None:
+        self.collector = collector
+        self.period_s = float(period_s)
+        self.fired = 0
+        """signals sent to the main thread"""
+        self._watching = False
+        """False while a signal is being handled (one at a time) and after `stop`"""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._previous_handler: Any = None
+        self._main = threading.main_thread().ident
+
+    def start(self) -> None:
+        """Install the handler (main thread only) and start polling."""
+        self._previous_handler = signal.signal(WATCHDOG_SIGNAL, self._on_signal)
+        self._watching = True
+        self._thread = threading.Thread(target=self._poll, name="offpolicy-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching, join the thread and restore the previous handler. Idempotent."""
+        self._watching = False
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+            self._thread = None
+        if self._previous_handler is not None:
+            signal.signal(WATCHDOG_SIGNAL, self._previous_handler)
+            self._previous_handler = None
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.period_s):
+            if self._watching and self.collector.problem():
+                self._watching = False
+                self.fired += 1
+                signal.pthread_kill(self._main, WATCHDOG_SIGNAL)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stop.is_set():
+            return
+        self.collector.check_now()  # raises CollectorFailed naming what happened
+        self._watching = True  # nothing after all (it recovered in between): keep watching

@@ -16,9 +16,11 @@ Config keys read here (all read once, into plain attributes, before the loop):
 
 Checkpoints: `<run dir>/checkpoints/step_<env_steps>.pt` every `checkpoint.interval_env_steps`
 (at the end of the tick that crosses the multiple, after its update phase) and once at the end
-of every run that finished or hit `train.max_seconds`, with `latest.pt` pointing at the newest.
-A run stopped by a signal or a failure writes none (its state may be mid-update): the last
-periodic checkpoint is the recovery point. `train.resume=<path>` restores the algorithm, the
+of every run whose learner state is intact: it reached its budget (`train.total_env_steps` or
+`train.max_seconds`), a SIGINT/SIGTERM stopped it between ticks, the collector failed, or the
+updates went non-finite; `latest.pt` points at the newest. Counters are those of the transitions
+that reached replay. A run stopped inside an update phase (a second signal, a learner error)
+writes none: the last checkpoint is the recovery point. `train.resume=<path>` restores the algorithm, the
 counters (env steps, ticks, updates, policy_version) and the RNG states, and trains on to
 `train.total_env_steps` (the overall budget). Replay is not checkpointed: the restored actor
 refills `train.learning_starts` env steps before updates resume (no uniform-random phase).
@@ -28,6 +30,8 @@ Hidden keys (not in the YAML; set with `+runtime....=` for tests and debugging):
     runtime.fault.collector_raise_at_tick   the collector raises inside env.step at this tick
     runtime.fault.collector_hang_at_tick    the collector hangs inside env.step at this tick
     runtime.fault.learner_raise_at_tick     the learner raises at this tick
+    runtime.fault.learner_sleep_at_tick     the learner's update phase of this tick sleeps
+    runtime.fault.learner_sleep_s           ... this long (a deliberately long learner phase)
     runtime.fault.collector_step_delay_s    random sleep up to this long before each step
     runtime.env_factory                     `module:function` building the NpEnv instead of envs.make
 """
@@ -63,9 +67,10 @@ from offpolicy.checkpoint import (
     restore_rng,
 )
 from offpolicy.collector import CollectorConfig, EnvFactory
+from offpolicy.evaluation import EvalSettings, MeanPolicy, eval_metrics, return_statistics, rollout
 from offpolicy.ingress import IngressRing
-from offpolicy.learner import Learner
-from offpolicy.lifecycle import CollectorFailed, CollectorProcess, Interrupted, LearnerFailed, RunFailure
+from offpolicy.learner import Learner, NonFiniteUpdates, StopRequested
+from offpolicy.lifecycle import CollectorFailed, CollectorProcess, Interrupted, LearnerFailed, RunFailure, Watchdog
 from offpolicy.logger import MetricsLogger, RunContext, git_commit
 from offpolicy.replay import ReplayBuffer
 from offpolicy.slots import DEFAULT_POLL_S, DEFAULT_SPIN_US, Layout, SharedSegment, Waiter
@@ -80,6 +85,8 @@ class ConfigError(ValueError):
 
 UNBOUNDED_TICKS = 2**62
 """tick count of a run with `train.total_env_steps=null`: never reached, `train.max_seconds` ends it"""
+FINAL_EVAL_SEED = 1_000_003
+"""added to `seed` for the final snapshot's episodes: initial states apart from the training envs'"""
 
 AlgorithmFactory = Callable[[Any, Any, torch.device], Any]
 
@@ -111,6 +118,8 @@ class RuntimeSettings:
     collector_raise_at_tick: int = -1
     collector_hang_at_tick: int = -1
     learner_raise_at_tick: int = -1
+    learner_sleep_at_tick: int = -1
+    learner_sleep_s: float = 0.0
     collector_step_delay_s: float = 0.0
 
     @staticmethod
@@ -134,6 +143,8 @@ class RuntimeSettings:
             collector_raise_at_tick=int(get("runtime.fault.collector_raise_at_tick", -1)),
             collector_hang_at_tick=int(get("runtime.fault.collector_hang_at_tick", -1)),
             learner_raise_at_tick=int(get("runtime.fault.learner_raise_at_tick", -1)),
+            learner_sleep_at_tick=int(get("runtime.fault.learner_sleep_at_tick", -1)),
+            learner_sleep_s=float(get("runtime.fault.learner_sleep_s", 0.0)),
             collector_step_delay_s=float(get("runtime.fault.collector_step_delay_s", 0.0)),
         )
 
@@ -190,8 +201,9 @@ class Runner:
         self.settings = RuntimeSettings.from_cfg(cfg)
         self.algorithm_factory = algorithm_factory or default_algorithm_factory
         self.env_factory = env_factory or env_factory_from_cfg(cfg, self.settings.env_factory)
-        self.num_eval_envs = int(OmegaConf.select(cfg, "eval.num_envs", default=0) or 0)
-        """the last rows of the collector's env: mean actions, never in replay"""
+        self.eval_settings = EvalSettings.from_cfg(cfg)
+        self.num_eval_envs = self.eval_settings.num_envs
+        """the last rows of the collector's env: snapshot evaluations, never in replay"""
         env_rows = int(self.env_factory.kwargs.get("num_envs", OmegaConf.select(cfg, "env.num_envs")))
         self.num_envs = env_rows - self.num_eval_envs
         """training rows: env steps, replay and the algorithm's per-env state count these"""
@@ -240,17 +252,23 @@ class Runner:
         self.summary: dict[str, Any] = {}
 
     def run(self) -> dict[str, Any]:
-        """Run to the end; raises `RunFailure` (with side and cause) on any abnormal end."""
+        """Run to the end; raises `RunFailure` (with side and cause) on any abnormal end.
+
+        However the run ends, `summary.json` is written (`completed`, `stop_reason`) and the metric
+        rows are flushed; when the learner state is intact (the budget was reached, a SIGINT/SIGTERM
+        stopped the loop between ticks, the collector failed, updates went non-finite) a final
+        checkpoint is written too, so the run can be resumed from where it stopped. A second
+        SIGINT/SIGTERM stops at once, without a checkpoint.
+        """
         s = self.settings
         self.run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.cfg, self.run_dir / "config_resolved.yaml", resolve=True)
         metrics_logger = MetricsLogger(self.run_dir, self.cfg, self.context)
-        previous_sigterm = None
-        if _in_main_thread():  # SIGTERM (e.g. from Slurm) takes the same clean path as Ctrl-C
-            previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminate)
+        handlers = self._install_stop_handlers()
         saved_affinity: dict[int, set[int]] = {}
         segment: SharedSegment | None = None
         registered_ptr = None
+        report: dict[str, Any] = {}
         self.timeline = Timeline(s.trace, self.device, s.trace_max_ticks)
         collector = self.collector = CollectorProcess(
             CollectorConfig(
@@ -267,7 +285,16 @@ class Runner:
             startup_timeout_s=s.startup_timeout_s,
             timeout_s=s.collector_timeout_s,
         )
+        watchdog = Watchdog(collector) if _in_main_thread() else None
+        checkpointer: Checkpointer | None = None
+        failure: RunFailure | CheckpointError | None = None
+        intact = False
+        """the algorithm is between update phases: a checkpoint of it is consistent"""
+        stop_reason = "not started"
+        loop_s = 0.0
+        t_loop: float | None = None
         t_start = time.perf_counter()
+        log_hook: Callable[[int | None], None] | None = None
         try:
             try:
                 report = collector.start()
@@ -293,6 +320,7 @@ class Runner:
                         f"{self.num_envs} + {self.num_eval_envs}"
                     )
                 train_spec = replace(spec, num_envs=self.num_envs)  # what the algorithm and replay see
+                self.spec = train_spec
                 layout = Layout.for_spec(spec.num_envs, dict(spec.obs_dims), spec.action_dim, s.ingress_slots)
                 segment = SharedSegment.create(layout)
                 collector.attach(segment, layout, s.ingress_slots)
@@ -332,12 +360,26 @@ class Runner:
                     seed=int(self.cfg.get("seed", 0)),
                     max_seconds=OmegaConf.select(self.cfg, "train.max_seconds", default=None),
                     eval_envs=self.num_eval_envs,
+                    eval_settings=self.eval_settings,
+                    start_env_steps=self.start_counters["env_steps"],
+                    max_nonfinite_updates=int(
+                        OmegaConf.select(self.cfg, "train.max_nonfinite_updates", default=100) or 100
+                    ),
+                    sleep_at_tick=s.learner_sleep_at_tick,
+                    sleep_s=s.learner_sleep_s,
                 )
                 if self.resume_checkpoint is not None:
                     counters = self.resume_checkpoint["counters"]
                     self.learner.resume(counters["policy_version"], counters["updates"])
                     restore_rng(self.resume_checkpoint.get("rng") or {}, self.learner.generators)
                     self.resume_checkpoint = None  # the tensors are in the algorithm now
+                    log.info(
+                        "resumed from %s at %d env steps (%d updates, policy_version %d)",
+                        self.resume_path,
+                        counters["env_steps"],
+                        counters["updates"],
+                        counters["policy_version"],
+                    )
                 checkpointer = Checkpointer(
                     self.run_dir,
                     self.checkpoint_settings,
@@ -357,34 +399,48 @@ class Runner:
                 (self.run_dir / "collector.json").write_text(json.dumps(_jsonable(report), indent=1))
                 t_loop = time.perf_counter()
                 log_hook = self._logging_hook(metrics_logger, t_loop)
-                ticks_issued = [0]  # ticks whose actions were sent (the counters a checkpoint records)
 
                 def on_tick(tick: int) -> None:
                     log_hook(tick)
-                    ticks_issued[0] = tick + 1
-                    if checkpointer.due(self.env_steps(tick + 1)):
-                        self._save_checkpoint(checkpointer, tick + 1)
+                    if checkpointer.due(self.env_steps(self.learner.ticks_done)):
+                        self._save_checkpoint(checkpointer)
 
-                completed = self.learner.run(on_tick=on_tick)
-                log_hook(None)
-                self._save_checkpoint(checkpointer, ticks_issued[0])  # final: finished or train.max_seconds
+                if watchdog is not None:
+                    watchdog.start()
+                intact = True
+                finished = self.learner.run(on_tick=on_tick)
+                stop_reason = "total_env_steps" if finished else "max_seconds"
                 loop_s = time.perf_counter() - t_loop
-            except (RunFailure, CheckpointError):
-                raise
-            except KeyboardInterrupt:
-                raise Interrupted(signal.SIGINT, tick=self._tick()) from None
+                log_hook(None)  # the last training row, before the final evaluation
+                log_hook = None
+            except (RunFailure, CheckpointError) as exc:
+                failure = exc
+            except StopRequested as exc:  # the first SIGINT/SIGTERM: the loop left between ticks
+                failure = Interrupted(exc.signum, tick=self._tick())
+            except KeyboardInterrupt:  # a second SIGINT, or one before the loop: wherever it landed
+                failure, intact = Interrupted(signal.SIGINT, tick=self._tick(), at_once=True), False
             except _Terminate:
-                raise Interrupted(signal.SIGTERM, tick=self._tick()) from None
+                failure, intact = Interrupted(signal.SIGTERM, tick=self._tick(), at_once=True), False
+            except NonFiniteUpdates as exc:  # every non-finite update was skipped: the parameters are intact
+                failure = LearnerFailed(str(exc), tick=self._tick())
+                failure.detail = ""
             except Exception as exc:  # noqa: BLE001 - every learner-side error ends the run the same way
-                raise LearnerFailed(
-                    f"raised {type(exc).__name__}: {exc}", traceback.format_exc(), self._tick()
-                ) from exc
+                failure, intact = (
+                    LearnerFailed(f"raised {type(exc).__name__}: {exc}", traceback.format_exc(), self._tick()),
+                    False,
+                )
+            if failure is not None and t_loop is not None and not loop_s:
+                loop_s = time.perf_counter() - t_loop
+            if self.learner is not None and self.learner.in_update:
+                intact = False  # stopped inside an update phase: part of its updates applied
         finally:
             # Cleanup runs to the end: a second Ctrl-C or a SIGTERM must not cut it short.
             old_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
-            if previous_sigterm is not None:
+            if handlers:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             try:
+                if watchdog is not None:
+                    watchdog.stop()
                 collector.stop(s.shutdown_grace_s)
                 if collector.final_report is not None:
                     (self.run_dir / "collector_exit.json").write_text(
@@ -399,15 +455,45 @@ class Runner:
                     segment.close()
                 restore(saved_affinity)
                 self.timeline.write(self.run_dir)
-                metrics_logger.close()
+                (self.run_dir / "collector.pid").unlink(missing_ok=True)
             finally:
                 if old_sigint is not None:
                     signal.signal(signal.SIGINT, old_sigint)
-                if previous_sigterm is not None:
-                    signal.signal(signal.SIGTERM, previous_sigterm)
-        self.summary = self._summary(report, collector, loop_s, time.perf_counter() - t_start)
-        self.summary["completed"] = completed
-        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+                if handlers:
+                    signal.signal(signal.SIGTERM, handlers[signal.SIGTERM])
+        try:
+            if self.learner is None:  # never ticked: nothing to save or summarise
+                if failure is not None:
+                    raise failure
+                return {}
+            if isinstance(failure, (CollectorFailed, LearnerFailed)):
+                stop_reason = failure.headline()
+            elif isinstance(failure, Interrupted):
+                stop_reason = signal.Signals(failure.signum).name
+            if intact and checkpointer is not None:
+                try:
+                    path = self._save_checkpoint(checkpointer)
+                    if failure is not None:
+                        failure.checkpoint = str(path)
+                except Exception as exc:  # noqa: BLE001 - keep the original failure; say why nothing was saved
+                    log.error("the final checkpoint could not be written: %s", exc)
+                    if failure is None:
+                        failure = LearnerFailed(f"could not write the final checkpoint: {exc}", tick=self._tick())
+            if log_hook is not None:  # stopped early: flush what the loop counted
+                log_hook(None)
+            snapshot = None
+            if failure is None and self.eval_settings.final:
+                snapshot = self._final_snapshot_eval(loop_s)
+                row = {"time/elapsed_s": time.perf_counter() - t_loop, **eval_metrics(snapshot)}
+                metrics_logger.log(self.env_steps(self.learner.ticks_done), row)
+            self.summary = self._summary(report, collector, loop_s, time.perf_counter() - t_start)
+            self.summary.update(completed=failure is None, stop_reason=stop_reason, snapshot_eval=snapshot)
+            (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        finally:
+            metrics_logger.close()
+            self._restore_stop_handlers(handlers)
+        if failure is not None:
+            raise failure
         log.info(
             "done: %d env steps in %.2f s (%.0f env-steps/s), %d updates, policy_version %d",
             self.summary["env_steps"],
@@ -418,6 +504,77 @@ class Runner:
         )
         return self.summary
 
+    # --- stopping ------------------------------------------------------------------------------
+    def _install_stop_handlers(self) -> dict[int, Any]:
+        """SIGINT and SIGTERM (e.g. from Slurm) ask the loop to stop between ticks; a second one stops at once."""
+        if not _in_main_thread():
+            return {}
+        previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM), signal.SIGINT: signal.getsignal(signal.SIGINT)}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            learner = self.learner
+            if learner is None or learner.stop_signal is not None:
+                raise KeyboardInterrupt if signum == signal.SIGINT else _Terminate
+            learner.request_stop(signum)
+            log.warning(
+                "%s: stopping after this tick and writing a checkpoint (send it again to stop at once)",
+                signal.Signals(signum).name,
+            )
+
+        signal.signal(signal.SIGTERM, on_signal)
+        if previous[signal.SIGINT] is not signal.SIG_IGN:  # a background job keeps Ctrl-C ignored (Unix convention)
+            signal.signal(signal.SIGINT, on_signal)
+        return previous
+
+    @staticmethod
+    def _restore_stop_handlers(previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    # --- the final snapshot ----------------------------------------------------------------------
+    def _final_snapshot_eval(self, loop_s: float) -> dict[str, Any]:
+        """Evaluate the final policy: `eval.episodes` fresh deterministic episodes on the collector's CPUs.
+
+        Runs in this process after the collector stopped (its CPUs are idle), with an env of its own,
+        one row per episode, seeded apart from training; the actor acts through `act_snapshot` on a
+        snapshot taken now, i.e. the parameters the final checkpoint holds.
+        """
+        settings = self.eval_settings
+        algorithm, learner = self.algorithm, self.learner
+        rows = settings.episodes
+        kwargs = {**self.env_factory.kwargs, "num_envs": rows, "seed": int(self.cfg.get("seed", 0)) + FINAL_EVAL_SEED}
+        available = os.sched_getaffinity(0)
+        cpus = tuple(c for c in self.affinity.collector_cpus if c in available) or tuple(sorted(available))[:1]
+        t0 = time.perf_counter()
+        env = replace(self.env_factory, kwargs=kwargs).build(cpus)
+        try:
+            algorithm.snapshot_actor()
+            returns, lengths, _ = rollout(env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True))
+        finally:
+            env.close()
+        result = {
+            **return_statistics(returns, lengths),
+            "policy_version": learner.policy_version,
+            "env_steps": learner.env_steps_done(),
+            "snapshot_s": loop_s,
+            "returns": returns.tolist(),
+            "lengths": lengths.astype(int).tolist(),
+            "seconds": time.perf_counter() - t0,
+            "final": True,
+        }
+        learner.eval_history.append(result)
+        log.info(
+            "final snapshot (policy_version %d, %d env steps): return mean %.1f, median %.1f, min %.1f over %d "
+            "episodes",
+            result["policy_version"],
+            result["env_steps"],
+            result["mean"],
+            result["median"],
+            result["min"],
+            result["episodes"],
+        )
+        return result
+
     def _tick(self) -> int | None:
         return None if self.learner is None else self.learner.tick
 
@@ -425,21 +582,26 @@ class Runner:
         """Training env steps after `ticks` ticks of this run (a resumed run starts at its checkpoint's)."""
         return self.start_counters["env_steps"] + ticks * self.num_envs
 
-    def _save_checkpoint(self, checkpointer: Checkpointer, ticks: int) -> None:
+    def _save_checkpoint(self, checkpointer: Checkpointer) -> Path:
+        """Checkpoint the algorithm with the counters of the transitions that reached replay."""
         learner = self.learner
         counters = {
-            "env_steps": self.env_steps(ticks),
-            "ticks": self.start_counters["ticks"] + ticks,
+            "env_steps": self.env_steps(learner.ticks_done),
+            "ticks": self.start_counters["ticks"] + learner.ticks_done,
             "updates": learner.updates_done,
             "policy_version": learner.policy_version,
         }
         path = checkpointer.save(self.algorithm, counters, learner.generators)
         log.info("checkpoint %s (%d env steps)", path, counters["env_steps"])
+        return path
 
     def _logging_hook(self, metrics_logger: MetricsLogger, t_loop: float) -> Callable[[int | None], None]:
-        """`hook(tick)` logs every `logger.interval_env_steps`; `hook(None)` logs a final row if one is due."""
-        every = OmegaConf.select(self.cfg, "logger.interval_env_steps", default=50_000) or 50_000
-        every_ticks = max(1, int(every) // self.num_envs)
+        """`hook(tick)` logs a row every `logger.interval_s` seconds and/or `logger.interval_env_steps` env
+        steps, and whenever a snapshot evaluation finished; `hook(None)` logs a final row if one is due."""
+        every_s = OmegaConf.select(self.cfg, "logger.interval_s", default=None)
+        every_steps = OmegaConf.select(self.cfg, "logger.interval_env_steps", default=None)
+        every_s = math.inf if every_s is None else float(every_s)
+        every_ticks = UNBOUNDED_TICKS if every_steps is None else max(1, int(every_steps) // self.num_envs)
         learner = self.learner
         last = {"time": t_loop, "ticks": 0}
         console = metrics_logger.console
@@ -447,13 +609,22 @@ class Runner:
         def hook(tick: int | None) -> None:
             done = learner.ticks_done if tick is None else tick + 1
             console.update(self.env_steps(done), learner.updates_done)  # host counters; refreshes when due
-            if (tick is not None and done % every_ticks) or done == last["ticks"]:
-                return
             now = time.perf_counter()
+            if tick is not None and not learner.eval_results:
+                if done % every_ticks and now - last["time"] < every_s:
+                    return
+            elif done == last["ticks"] and not learner.eval_results:
+                return
             metrics = learner.metrics()
-            metrics["perf/env_steps_per_s"] = (done - last["ticks"]) * self.num_envs / max(now - last["time"], 1e-9)
+            if done > last["ticks"]:
+                metrics["perf/env_steps_per_s"] = (done - last["ticks"]) * self.num_envs / max(now - last["time"], 1e-9)
             metrics["time/elapsed_s"] = now - t_loop
             last["time"], last["ticks"] = now, done
+            results, learner.eval_results = learner.eval_results, []
+            for result in results[:-1]:  # two finished within one row (rare): each gets its own row
+                metrics_logger.log(self.env_steps(done), {"time/elapsed_s": now - t_loop, **eval_metrics(result)})
+            if results:
+                metrics.update(eval_metrics(results[-1]))
             metrics_logger.log(self.env_steps(done), metrics)
 
         return hook
@@ -497,10 +668,6 @@ def _in_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
-
-
-def _raise_terminate(signum: int, frame: Any) -> None:
-    raise _Terminate
 
 
 def _pin_host_memory(segment: SharedSegment) -> int | None:

@@ -7,7 +7,8 @@ allocated once at startup and never resized:
   ingress produced/consumed, stop flag, collector state, counters for metrics);
 - the obs slot: every obs key of the current tick plus the reset mask (rows whose
   observation starts a new episode; the learner resets exploration state there);
-- the action slot: actions in env units plus the policy_version that made them;
+- the action slot: actions in env units plus the policy_version that made them, and
+  the rows to reset after this tick's step (snapshot evaluation);
 - the ingress ring (see `offpolicy.ingress`).
 
 Only the parent (learner) creates and unlinks the segment. It unlinks the name
@@ -89,6 +90,8 @@ COLLECTOR_HEARTBEAT_NS = 8
 """monotonic clock of the collector's last completed step (diagnostics)"""
 PHYSICS_FAILURES = 9
 """physics failures the collector has seen so far (all envs, all ticks)"""
+RESET_REQUEST_TICK = 10
+"""tick whose action slot carries reset requests (`action/reset_request`); -1: none yet"""
 _NUM_COUNTERS = 16
 
 
@@ -182,6 +185,8 @@ class Layout:
             lay.add(f"obs/{k}", (n, d), "float32")
         lay.add("obs/reset_mask", (n,), "bool")
         lay.add("action/value", (n, action_dim), "float32")
+        # rows the collector resets right after this tick's step (snapshot evaluation starts)
+        lay.add("action/reset_request", (n,), "bool")
         for i in range(ring_slots):
             p = f"ring{i}/"
             lay.add(p + "header", (8,), "int64")
@@ -194,6 +199,8 @@ class Layout:
             lay.add(p + "truncated", (n,), "bool")
             lay.add(p + "episode_return", (n,), "float32")
             lay.add(p + "episode_length", (n,), "int32")
+            # rows whose physics failed this step (valid where the header counts failures)
+            lay.add(p + "physics_failed", (n,), "bool")
         return lay
 
 
@@ -223,6 +230,7 @@ class SharedSegment:
         seg.arrays["control"][:] = 0
         seg.control[OBS_TICK] = -1
         seg.control[ACTION_TICK] = -1
+        seg.control[RESET_REQUEST_TICK] = -1
         return seg
 
     @classmethod

@@ -104,6 +104,17 @@ class StandinAlgorithm:
         """Deterministic actions in [-1, 1]."""
         return self.actor(obs)
 
+    def snapshot_actor(self) -> None:
+        """Freeze a copy of the actor for evaluation."""
+        self.snapshot = copy.deepcopy(self.actor)
+
+    @torch.no_grad()
+    def act_snapshot(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Deterministic actions of the frozen copy."""
+        if getattr(self, "snapshot", None) is None:
+            self.snapshot_actor()
+        return self.snapshot(obs)
+
     def update_phase(self, replay: ReplayBuffer, num_updates: int) -> dict[str, torch.Tensor]:
         """`num_updates` critic+actor steps on uniform replay samples; metrics stay on the device."""
         self._sleep(self.update_delay_s)

@@ -142,6 +142,13 @@ class MujocoNpEnv(NpEnv):
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
         return self._first_state()
 
+    def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        env_ids = np.asarray(env_ids, dtype=np.int32)
+        self._reset_rows(env_ids)
+        first = self._observe(env_ids)
+        self._obs[env_ids] = first
+        return {ACTOR_OBS_KEY: first}
+
     def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
         """Place every env at the given (qpos, qvel) with time 0 (parity tests use this)."""
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self._states_from(qpos, qvel))

@@ -10,6 +10,7 @@ per update-phase shape, one per inference batch size). On CPU everything is eage
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import os
@@ -352,6 +353,9 @@ class OffPolicyAlgorithm:
         self.total_updates = 0
         """gradient updates done so far (host counter: the actor-update schedule derives from it)"""
         self._captured: dict[tuple, CapturedCall] = {}
+        self._snapshot: nn.Module | None = None
+        """frozen copy of the actor for snapshot evaluation (`snapshot_actor`)"""
+        self._snapshot_pairs: tuple[list[Tensor], list[Tensor]] = ([], [])
 
     # ------------------------------------------------------------------ public contract
 
@@ -371,6 +375,32 @@ class OffPolicyAlgorithm:
             key = ("act", tuple(obs_actor.shape))
             return self._captured_call(key, self._act_flat)(obs_actor)
         return self._act_flat(obs_actor)
+
+    def snapshot_actor(self) -> None:
+        """Freeze a copy of the actor as it is now (parameters and buffers: normalisers, BatchNorm statistics).
+
+        The copy is made once and refreshed in place (one device copy on the learner's stream, ordered
+        after the last update phase), so a captured `act_snapshot` graph keeps pointing at it.
+        """
+        if self._snapshot is None:
+            self._snapshot = copy.deepcopy(self.actor)
+            self._snapshot.requires_grad_(False)
+            live = list(self.actor.state_dict(keep_vars=True).values())
+            frozen_ = list(self._snapshot.state_dict(keep_vars=True).values())
+            self._snapshot_pairs = ([t.detach() for t in frozen_], [t.detach() for t in live])
+            return
+        with torch.no_grad():
+            torch._foreach_copy_(*self._snapshot_pairs)
+
+    def act_snapshot(self, obs: dict[str, Tensor]) -> Tensor:
+        """Deterministic (mean) actions in [-1, 1] of the frozen snapshot (`snapshot_actor`), no grad."""
+        if self._snapshot is None:
+            self.snapshot_actor()
+        obs_actor = obs[self.actor_key].to(self.device, non_blocking=True)
+        if self.use_cuda_graphs:
+            key = ("act_snapshot", tuple(obs_actor.shape))
+            return self._captured_call(key, self._act_snapshot_flat)(obs_actor)
+        return self._act_snapshot_flat(obs_actor)
 
     def update_phase(self, replay, num_updates: int) -> dict[str, Tensor]:
         """Run `num_updates` gradient updates sampling from `replay` on the device; metrics stay device scalars."""
@@ -400,6 +430,7 @@ class OffPolicyAlgorithm:
     def load_state_dict(self, state: dict) -> None:
         """Inverse of `state_dict`; drops captured graphs (optimizer state tensors are replaced)."""
         self._captured.clear()
+        self._snapshot, self._snapshot_pairs = None, ([], [])
         self._load_state(state)
         self.policy_version = int(state["counters"]["policy_version"])
         self.total_updates = int(state["counters"]["total_updates"])
@@ -443,6 +474,17 @@ class OffPolicyAlgorithm:
     @torch.no_grad()
     def _act_flat(self, obs_actor: Tensor) -> Tensor:
         return self._act(obs_actor)
+
+    @torch.no_grad()
+    def _act_snapshot_flat(self, obs_actor: Tensor) -> Tensor:
+        # `_act` reads `self.actor`: point it at the frozen copy for this call. Only Python sees the swap;
+        # a compiled `_act` specialises on the module (a second compiled entry), a captured graph
+        # records the copy's tensors.
+        live, self.actor = self.actor, self._snapshot
+        try:
+            return self._act(obs_actor)
+        finally:
+            self.actor = live
 
     # ------------------------------------------------------------------ subclass hooks
 

@@ -33,6 +33,7 @@ class FakeEnv(NpEnv):
         critic_obs: bool = False,
         record_path: str | None = None,
         asymmetric_bounds: bool = True,
+        fail_prob: float = 0.0,
         cpu_ids=None,
         nthread=None,
     ) -> None:
@@ -61,6 +62,8 @@ class FakeEnv(NpEnv):
             max_episode_steps=max_episode_steps,
         )
         self.terminate_prob = terminate_prob
+        self.fail_prob = fail_prob
+        """chance per row and step of a physics failure (reported like MujocoNpEnv: truncated, reward 0)"""
         self.global_step = 0
         self.episode_step = np.zeros(num_envs, np.int64)
         self.episode_id = np.arange(num_envs, dtype=np.int64) * 1000
@@ -113,15 +116,21 @@ class FakeEnv(NpEnv):
         self.global_step += 1
         self.episode_step += 1
         reward = (actions.sum(axis=1) + 0.01 * np.arange(self.num_envs) + self.global_step).astype(np.float32)
-        self.episode_return += reward
         terminated = self.rng.random(self.num_envs) < self.terminate_prob
         truncated = (self.episode_step >= self.spec.max_episode_steps) & ~terminated
+        failed = np.zeros(self.num_envs, bool)
+        if self.fail_prob > 0:  # like MujocoNpEnv: a failed row is truncated with zero reward, then reset
+            failed = self.rng.random(self.num_envs) < self.fail_prob
+            terminated, truncated = terminated & ~failed, truncated | failed
+            reward = np.where(failed, 0.0, reward).astype(np.float32)
+        self.episode_return += reward
         final_obs = self._obs()
         done = terminated | truncated
         info = {
             "episode_return": self.episode_return.copy(),
             "episode_length": self.episode_step.copy(),
-            "physics_failures": 0,
+            "physics_failures": int(failed.sum()),
+            "physics_failed": failed,
         }
         obs = final_obs
         if done.any():
@@ -137,10 +146,25 @@ class FakeEnv(NpEnv):
             reward=reward,
             terminated=terminated,
             truncated=truncated,
+            physics_failed=failed,
         )
         self._last_obs = obs
         info["final_obs"] = final_obs
         return NpEnvState(obs=obs, reward=reward, terminated=terminated, truncated=truncated, info=info)
+
+    def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Start new episodes on `env_ids` between steps (recorded as `forced_reset` with the step they follow)."""
+        ids = np.asarray(env_ids, dtype=np.int64)
+        self.episode_step[ids] = 0
+        self.episode_id[ids] += 1
+        self.episode_return[ids] = 0.0
+        fresh = self._obs()
+        for k, v in self._last_obs.items():
+            v[ids] = fresh[k][ids]
+        mask = np.zeros(self.num_envs, bool)
+        mask[ids] = True
+        self._record(forced_reset=mask, forced_reset_step=np.array(self.global_step))
+        return {k: v[ids].copy() for k, v in self._last_obs.items()}
 
     def close(self) -> None:
         if self.record_path is not None and self.records:

@@ -29,6 +29,9 @@ BASE_CFG: dict[str, Any] = {
     "affinity": {"mode": "auto", "learner_count": 1},
     "replay": {"capacity": 1_000_000},
     "logger": {"name": "none", "interval_env_steps": 1_000},
+    # no evaluation unless a test asks: the fake env records what the collector's env produced, and
+    # the final snapshot's own env would record over it
+    "eval": {"num_envs": 0, "final": False},
     "runtime": {"trace": False, "collector_timeout_s": 30.0, "env_factory": "fake_env:make"},
 }
 

@@ -246,8 +246,10 @@ def test_default_logger_on_a_fresh_machine_goes_offline_into_the_output_dir(tmp_
         "train/replay_size",
     ):
         assert key in columns, key
-    busy = float(rows[-1]["perf/learner_busy_fraction"])
-    assert 0.0 < busy <= 1.0 and float(rows[-1]["perf/updates_per_s"]) > 0
+    last_train = [r for r in rows if r["perf/updates_per_s"]][-1]
+    busy = float(last_train["perf/learner_busy_fraction"])
+    assert 0.0 < busy <= 1.0 and float(last_train["perf/updates_per_s"]) > 0
+    assert rows[-1]["eval/episodes"] == "16.0"  # the final snapshot's row comes last
     assert any(c.startswith("loss/") for c in columns)
     assert OmegaConf.load(run_dir / "config_resolved.yaml").seed == 7
 

@@ -1,0 +1,262 @@
+"""Snapshot evaluation: frozen policies, complete deterministic episodes, fresh resets.
+
+A reported return is the evaluation of one frozen policy over complete episodes.
+During training the learner takes a *snapshot* at each eval point: it freezes a
+copy of the actor (`algorithm.snapshot_actor()`, its policy_version recorded),
+asks the collector to reset the evaluation rows (the last `eval.num_envs` rows of
+its env, never in replay) after that tick's physics step, and from the next tick
+on those rows act with the frozen copy's mean action (`algorithm.act_snapshot`),
+computed in the same inference phase as the training rows' actions, so it shares
+the device with the update phases on the same strict schedule. Each eval row
+counts its first `ceil(eval.episodes / eval.num_envs)` complete episodes; when
+every row has them the snapshot's statistics are reported (a metric row with
+`eval/return` = mean, `eval/return_median`, `eval/return_min`, `eval/return_max`,
+`eval/return_std`, `eval/length`, `eval/episodes`, and where the snapshot was
+taken: `eval/policy_version`, `eval/env_steps`, `eval/snapshot_s`). Rows run the
+same number of episodes each, so short (falling) episodes are not over-counted.
+
+When to take one (`EvalSchedule`): every `eval.interval_s` seconds of the training
+loop and/or every `eval.interval_env_steps` env steps, and always at the
+`eval.at_seconds` marks. One evaluation runs at a time on the eval rows; a regular
+point whose evaluation would not finish before the next mark (or the wall-clock
+budget) is skipped, so the marks are honoured on time; a point that comes due
+while an evaluation runs starts right after it.
+
+The final snapshot (the policy the final checkpoint holds) is evaluated after the
+training loop in the learner process by `rollout`, the same code `offpolicy.eval`
+uses: `eval.episodes` fresh episodes, one per row of a small env of its own on
+the collector's CPUs (the collector has stopped), so it never waits for the
+training rows' physics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The `eval` config group as plain values."""
+
+    num_envs: int = 0
+    """rows of the collector's env reserved for evaluation (0: no in-run evaluation)"""
+    episodes: int = 16
+    """complete episodes per snapshot"""
+    interval_s: float | None = 30.0
+    """wall-clock seconds of the training loop between eval points (None: none by time)"""
+    interval_env_steps: int | None = None
+    """env steps between eval points (None: none by steps)"""
+    at_seconds: tuple[float, ...] = ()
+    """wall-clock marks that always get a snapshot"""
+    final: bool = True
+    """evaluate the final snapshot after the training loop"""
+
+    @property
+    def episodes_per_row(self) -> int:
+        """Episodes each eval row runs per snapshot (all rows run the same number)."""
+        return max(1, -(-self.episodes // max(self.num_envs, 1)))
+
+    @staticmethod
+    def from_cfg(cfg: DictConfig) -> EvalSettings:
+        def get(key: str, default: Any) -> Any:  # a key set to null stays None ("none by time/steps")
+            return OmegaConf.select(cfg, f"eval.{key}", default=default)
+
+        interval_s = get("interval_s", 30.0)
+        interval_steps = get("interval_env_steps", None)
+        return EvalSettings(
+            num_envs=int(get("num_envs", 0) or 0),
+            episodes=int(get("episodes", 16)),
+            interval_s=None if interval_s is None else float(interval_s),
+            interval_env_steps=None if interval_steps is None else int(interval_steps),
+            at_seconds=tuple(sorted(float(t) for t in (get("at_seconds", None) or ()))),
+            final=bool(get("final", True)),
+        )
+
+
+def return_statistics(returns: np.ndarray, lengths: np.ndarray) -> dict[str, float]:
+    """Mean, median, min, max, std of the returns, mean length and the episode count."""
+    returns = np.asarray(returns, dtype=np.float64)
+    lengths = np.asarray(lengths, dtype=np.float64)
+    return {
+        "episodes": int(returns.size),
+        "mean": float(returns.mean()),
+        "median": float(np.median(returns)),
+        "min": float(returns.min()),
+        "max": float(returns.max()),
+        "std": float(returns.std()),
+        "length_mean": float(lengths.mean()),
+    }
+
+
+@dataclass
+class SnapshotEval:
+    """One evaluation of a frozen snapshot on the eval rows, from the tick after their reset."""
+
+    policy_version: int
+    """the snapshot's policy_version"""
+    env_steps: int
+    """training env steps when the snapshot was taken"""
+    snapshot_s: float
+    """seconds of the training loop when the snapshot was taken"""
+    reset_tick: int
+    """the tick after whose step the eval rows were reset; their episodes count from the next one"""
+    rows: int
+    per_row: int
+    started_at: float
+    """host clock at the start (how long an evaluation takes, for the schedule)"""
+    returns: list[list[float]] = field(default_factory=list)
+    lengths: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.returns = [[] for _ in range(self.rows)]
+        self.lengths = [[] for _ in range(self.rows)]
+        self._remaining = self.rows * self.per_row
+
+    @property
+    def complete(self) -> bool:
+        """Every row has finished its episodes."""
+        return self._remaining == 0
+
+    def observe(self, tick: int, done: np.ndarray, episode_return: np.ndarray, episode_length: np.ndarray) -> None:
+        """Count the eval rows' episodes that ended with transition `tick` (arrays over the eval rows)."""
+        if tick <= self.reset_tick or not done.any():
+            return  # the episodes that ended at or before the reset belong to no snapshot
+        for row in np.flatnonzero(done):
+            if len(self.returns[row]) < self.per_row:
+                self.returns[row].append(float(episode_return[row]))
+                self.lengths[row].append(int(episode_length[row]))
+                self._remaining -= 1
+
+    def result(self) -> dict[str, Any]:
+        """Statistics of the finished evaluation plus where its snapshot was taken."""
+        returns = np.array([r for row in self.returns for r in row])
+        lengths = np.array([n for row in self.lengths for n in row])
+        return {
+            **return_statistics(returns, lengths),
+            "policy_version": self.policy_version,
+            "env_steps": self.env_steps,
+            "snapshot_s": self.snapshot_s,
+            "tick": self.reset_tick,
+            "returns": returns.tolist(),
+            "lengths": lengths.astype(int).tolist(),
+        }
+
+
+def eval_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The `eval/*` metric row of a finished snapshot evaluation."""
+    return {
+        "eval/return": result["mean"],
+        "eval/return_median": result["median"],
+        "eval/return_min": result["min"],
+        "eval/return_max": result["max"],
+        "eval/return_std": result["std"],
+        "eval/length": result["length_mean"],
+        "eval/episodes": float(result["episodes"]),
+        "eval/policy_version": float(result["policy_version"]),
+        "eval/env_steps": float(result["env_steps"]),
+        "eval/snapshot_s": float(result["snapshot_s"]),
+    }
+
+
+class EvalSchedule:
+    """Decides, once per tick, whether a snapshot is due (host clocks and counters only)."""
+
+    def __init__(self, settings: EvalSettings, budget_s: float | None) -> None:
+        self.settings = settings
+        self.budget_s = budget_s
+        self.marks = list(settings.at_seconds)
+        """marks not yet taken, ascending"""
+        self.next_time = settings.interval_s if settings.interval_s else math.inf
+        self.next_steps = settings.interval_env_steps if settings.interval_env_steps else math.inf
+        self.pending_mark = False
+        """a mark came due (taken as soon as no evaluation runs)"""
+        self.pending_regular: str | None = None
+        """'time' or 'steps': a regular point came due while an evaluation was running"""
+        self.last_duration_s: float | None = None
+
+    def due(self, elapsed_s: float, env_steps: int, running: bool, estimate_s: float) -> bool:
+        """Whether to start an evaluation now; `estimate_s` is how long one would take if none was timed yet."""
+        if self.marks and elapsed_s >= self.marks[0]:
+            while self.marks and elapsed_s >= self.marks[0]:
+                self.marks.pop(0)
+            self.pending_mark = True
+        if elapsed_s >= self.next_time:
+            every = self.settings.interval_s
+            self.next_time = (math.floor(elapsed_s / every) + 1) * every
+            self.pending_regular = self.pending_regular or "time"
+        if env_steps >= self.next_steps:
+            every = self.settings.interval_env_steps
+            self.next_steps = (env_steps // every + 1) * every
+            self.pending_regular = "steps"
+        if running:
+            return False
+        if self.pending_mark:
+            self.pending_mark, self.pending_regular = False, None
+            return True
+        if self.pending_regular is None:
+            return False
+        kind, self.pending_regular = self.pending_regular, None
+        if kind == "steps":
+            return True
+        # a time point is taken only if it ends before the next mark and the budget: marks stay on time
+        duration = self.last_duration_s if self.last_duration_s is not None else estimate_s
+        limit = min([*self.marks[:1], *([self.budget_s] if self.budget_s else [])], default=math.inf)
+        return elapsed_s + duration <= limit
+
+    def finished(self, duration_s: float) -> None:
+        """Record how long the last evaluation took."""
+        self.last_duration_s = duration_s
+
+
+# --------------------------------------------------------------------------- offline rollouts
+
+
+class MeanPolicy:
+    """An algorithm's deterministic (mean) action in env units for numpy observations, on its device."""
+
+    def __init__(self, algorithm: Any, spec: Any, device: Any, snapshot: bool = False) -> None:
+        import torch
+
+        self.torch = torch
+        self.act = algorithm.act_snapshot if snapshot else algorithm.act
+        self.device = device
+        low = torch.as_tensor(np.asarray(spec.action_low, np.float32), device=device)
+        high = torch.as_tensor(np.asarray(spec.action_high, np.float32), device=device)
+        self.low, self.high, self.mid, self.half = low, high, (high + low) / 2, (high - low) / 2
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        torch = self.torch
+        with torch.no_grad():
+            tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in obs.items()}
+            action = self.act(tensors)
+            action = torch.clamp(action * self.half + self.mid, self.low, self.high)
+        return action.float().cpu().numpy()
+
+
+def rollout(env: Any, policy: Any, record_first: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
+    """One episode per env row from a fresh reset: (returns, lengths, [(qpos, qvel) of row 0 while it lasts])."""
+    n = env.spec.num_envs
+    state = env.reset()
+    returns = np.zeros(n, np.float64)
+    lengths = np.zeros(n, np.int64)
+    finished = np.zeros(n, bool)
+    frames: list[tuple[np.ndarray, np.ndarray]] = []
+    if record_first:
+        frames.append(env.physics_qpos_qvel(0))
+    for _ in range(env.spec.max_episode_steps + 1):  # every row ends by its time limit
+        state = env.step(policy(state.obs))
+        done = state.terminated | state.truncated
+        new = done & ~finished
+        returns[new] = state.info["episode_return"][new]
+        lengths[new] = state.info["episode_length"][new]
+        if record_first and not finished[0] and not done[0]:
+            frames.append(env.physics_qpos_qvel(0))
+        finished |= done
+        if finished.all():
+            break
+    return returns, lengths, frames
