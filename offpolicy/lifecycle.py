@@ -95,7 +95,7 @@ class Interrupted(RunFailure):
         super().__init__("runner", f"interrupted by {signal.Signals(signum).name}", tick=tick)
 
     def report(self) -> str:
-        saved = f"; checkpoint {self.checkpoint} (resume with train.resume=<it>)" if self.checkpoint else ""
+        saved = f"; resume with train.resume={self.checkpoint}" if self.checkpoint else ""
         return (
             f"[offpolicy] {self.headline()}: collector stopped, shared memory released{saved}; "
             f"exit status {self.exit_code}"

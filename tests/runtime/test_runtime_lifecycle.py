@@ -7,6 +7,7 @@ where it raised), no process of the run left, no shared-memory segment left.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import HERE, REPO, processes_with_marker, shm_entries
 
+from offpolicy.checkpoint import load_checkpoint
 from offpolicy.lifecycle import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
 
 LONG_RUN = 10**9
@@ -156,10 +158,11 @@ def test_learner_raising(tmp_path):
 
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, EXIT_SIGINT), (signal.SIGTERM, EXIT_SIGTERM)])
-def test_interrupting_the_runner(tmp_path, signum, status):
-    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}")
+def test_interrupting_the_runner_keeps_its_work(tmp_path, signum, status):
+    """A stop request ends the loop between ticks: summary, metric rows and a final checkpoint are written."""
+    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}", "logger.interval_s=0.2", "train.learning_starts=200")
     pid = run.collector_pid()
-    time.sleep(0.5)
+    time.sleep(1.5)
     run.proc.send_signal(signum)
     code, _, err, elapsed = run.finish()
     assert elapsed < 10
@@ -169,6 +172,67 @@ def test_interrupting_the_runner(tmp_path, signum, status):
     assert "collector stopped, shared memory released" in err
     assert "Traceback" not in err  # a requested stop is not a crash
     assert _pid_gone(pid)
+    run.assert_clean()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["completed"] is False and summary["stop_reason"] == name
+    final = tmp_path / "checkpoints" / f"step_{summary['env_steps']}.pt"
+    assert f"resume with train.resume={final}" in err  # the message says where to resume from
+    assert os.path.samefile(final, tmp_path / "checkpoints" / "latest.pt")
+    saved = load_checkpoint(final)
+    assert saved["counters"]["env_steps"] == summary["env_steps"] > 0
+    assert saved["counters"]["updates"] == summary["updates"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) >= 2 and rows[-1]["env_steps"] == summary["env_steps"]  # rows by wall clock, then flushed
+    assert not (tmp_path / "collector.pid").exists()
+
+
+def test_resuming_an_interrupted_run_carries_its_counters_on(tmp_path):
+    first = CliRun(tmp_path / "first", f"train.total_env_steps={LONG_RUN}", "train.learning_starts=200")
+    first.collector_pid()
+    time.sleep(1.0)
+    first.proc.send_signal(signal.SIGINT)
+    assert first.finish()[0] == EXIT_SIGINT
+    stopped = json.loads((tmp_path / "first" / "summary.json").read_text())
+    target = stopped["env_steps"] + 80
+    second = CliRun(
+        tmp_path / "second",
+        f"train.total_env_steps={target}",
+        "train.learning_starts=40",
+        f"train.resume={tmp_path / 'first' / 'checkpoints' / 'latest.pt'}",
+    )
+    code, out, err, _ = second.finish(timeout_s=60)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "second" / "summary.json").read_text())
+    assert summary["completed"] and summary["env_steps"] == target
+    assert summary["resumed_from_env_steps"] == stopped["env_steps"]
+    assert summary["updates"] > stopped["updates"] and summary["policy_version"] > stopped["policy_version"]
+    assert f"resumed from {tmp_path / 'first' / 'checkpoints' / 'latest.pt'} at {stopped['env_steps']} env steps" in (
+        out + err
+    )
+
+
+def test_watchdog_notices_a_killed_collector_while_the_learner_is_in_a_long_phase(tmp_path):
+    """The learner sleeps 60 s inside an update phase; the collector is killed during it; exit 3 within 2 s."""
+    run = CliRun(
+        tmp_path,
+        f"train.total_env_steps={LONG_RUN}",
+        "+runtime.fault.learner_sleep_at_tick=20",
+        "+runtime.fault.learner_sleep_s=60",
+        "logger.interval_s=0.05",
+        "train.learning_starts=0",
+    )
+    pid = run.collector_pid()
+    rows = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 30
+    while not (rows.exists() and any(json.loads(x)["env_steps"] >= 10 * 8 for x in rows.read_text().splitlines())):
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.05)
+    time.sleep(2.0)  # ticks take milliseconds: the learner is well inside the 60-s phase of tick 20 now
+    os.kill(pid, signal.SIGKILL)
+    code, _, err, elapsed = run.finish(timeout_s=30)
+    assert code == EXIT_COLLECTOR_FAILED, err
+    assert elapsed < 2.0, f"noticed after {elapsed:.1f} s"
+    assert f"collector process {pid} was killed by SIGKILL" in err
     run.assert_clean()
 
 
