@@ -1,9 +1,15 @@
 """Evaluate a checkpoint: `python -m offpolicy.eval checkpoint=<path> [env=<task>] [video=true]`.
 
 An offline, learner-side tool. It runs `episodes` episodes of the deterministic
-policy (the actor's mean action), one per env row, in parallel, and writes
-`eval.json` (returns, lengths, their mean and std, the checkpoint's counters)
-into the output dir. With `video=true` it renders the first episode offscreen
+policy (the actor's mean action), one per env row, in parallel, from fresh resets,
+and writes `eval.json` (returns, lengths, their mean, median, min, max and std,
+the checkpoint's counters) into the output dir. With `reference=gymnasium` it also
+re-scores the same policy in Gymnasium's own environment
+(`gymnasium.make(spec.gymnasium_id, **spec.gymnasium_kwargs)`, the options this
+task matches) and, where this task sets reward options Gymnasium defaults
+differently (Ant's and Humanoid's contact cost), once more with Gymnasium's
+default reward options (observation options kept: the policy needs its inputs),
+the number to compare with published v5 results. With `video=true` it renders the first episode offscreen
 with MuJoCo's renderer and writes it to an MP4 (imageio + imageio-ffmpeg) next
 to `eval.json`; with `logger=wandb` the numbers and the video go to a W&B run.
 
@@ -38,8 +44,12 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.evaluation import MeanPolicy, gymnasium_rollout, observation_kwargs, return_statistics, rollout
+
 EXIT_CHECKPOINT = 5
 EXIT_VIDEO = 6
+REFERENCES = ("none", "gymnasium")
+"""`reference=`: re-score the policy in the implementation the task reproduces"""
 
 CAMERAS: dict[str, dict[str, float]] = {
     "ant": {"distance": 4.0, "elevation": -20.0},
@@ -60,55 +70,6 @@ def choose_gl_backend(cuda: bool) -> str:
     if "MUJOCO_GL" not in os.environ:
         os.environ["MUJOCO_GL"] = "egl" if cuda else "osmesa"
     return os.environ["MUJOCO_GL"]
-
-
-# --------------------------------------------------------------------------- policy and rollout
-
-
-class MeanPolicy:
-    """The checkpoint's actor on `device`: env-unit mean actions for numpy observations."""
-
-    def __init__(self, algorithm: Any, spec: Any, device: Any) -> None:
-        import torch
-
-        self.torch = torch
-        self.algorithm = algorithm
-        self.device = device
-        low = torch.as_tensor(np.asarray(spec.action_low, np.float32), device=device)
-        high = torch.as_tensor(np.asarray(spec.action_high, np.float32), device=device)
-        self.low, self.high, self.mid, self.half = low, high, (high + low) / 2, (high - low) / 2
-
-    def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        torch = self.torch
-        with torch.no_grad():
-            tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in obs.items()}
-            action = self.algorithm.act(tensors)
-            action = torch.clamp(action * self.half + self.mid, self.low, self.high)
-        return action.float().cpu().numpy()
-
-
-def rollout(env: Any, policy: Any, record_first: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
-    """One episode per env row: (returns, lengths, [(qpos, qvel) of row 0 per step while its episode lasts])."""
-    n = env.spec.num_envs
-    state = env.reset()
-    returns = np.zeros(n, np.float64)
-    lengths = np.zeros(n, np.int64)
-    finished = np.zeros(n, bool)
-    frames: list[tuple[np.ndarray, np.ndarray]] = []
-    if record_first:
-        frames.append(env.physics_qpos_qvel(0))
-    for _ in range(env.spec.max_episode_steps + 1):  # every row ends by its time limit
-        state = env.step(policy(state.obs))
-        done = state.terminated | state.truncated
-        new = done & ~finished
-        returns[new] = state.info["episode_return"][new]
-        lengths[new] = state.info["episode_length"][new]
-        if record_first and not finished[0] and not done[0]:
-            frames.append(env.physics_qpos_qvel(0))
-        finished |= done
-        if finished.all():
-            break
-    return returns, lengths, frames
 
 
 # --------------------------------------------------------------------------- video
@@ -215,6 +176,33 @@ def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None
     run.finish()
 
 
+# --------------------------------------------------------------------------- the reference implementation
+
+
+def score_in_gymnasium(spec: Any, algorithm: Any, device: Any, episodes: int, seed: int) -> dict[str, Any]:
+    """The policy's statistics in Gymnasium's own task: with this task's options, and with Gymnasium's default
+    reward options where this task sets others (observation options kept)."""
+    if not spec.gymnasium_id:
+        raise ValueError(f"task {spec.name!r} names no Gymnasium environment to re-score in")
+    policy = MeanPolicy(algorithm, spec, device)
+    kwargs = dict(spec.gymnasium_kwargs)
+    out: dict[str, Any] = {}
+    variants = {"gymnasium": kwargs}
+    default_reward = observation_kwargs(kwargs)
+    if default_reward != kwargs:
+        variants["gymnasium_default_reward"] = default_reward
+    for name, options in variants.items():
+        returns, lengths = gymnasium_rollout(spec.gymnasium_id, options, policy, episodes, seed, spec.max_episode_steps)
+        out[name] = {
+            "id": spec.gymnasium_id,
+            "kwargs": options,
+            **return_statistics(returns, lengths),
+            "returns": returns.tolist(),
+            "lengths": lengths.tolist(),
+        }
+    return out
+
+
 # --------------------------------------------------------------------------- the whole evaluation
 
 
@@ -237,6 +225,9 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     episodes = int(cfg.episodes)
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    reference = str(cfg.get("reference") or "none")
+    if reference not in REFERENCES:
+        raise ValueError(f"reference={reference} is not one of {', '.join(REFERENCES)}")
 
     path = Path(str(cfg.checkpoint)).expanduser()
     ckpt = load_checkpoint(path, map_location="cpu")
@@ -267,6 +258,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     finally:
         env.close()
 
+    stats = return_statistics(returns, lengths)
     video_path = Path(cfg.video_path) if cfg.get("video_path") else out_dir / "eval.mp4"
     result: dict[str, Any] = {
         "checkpoint": str(path),
@@ -276,8 +268,11 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "checkpoint_env_steps": int(ckpt["counters"]["env_steps"]),
         "checkpoint_policy_version": int(ckpt["counters"]["policy_version"]),
         "episodes": episodes,
-        "return_mean": float(returns.mean()),
-        "return_std": float(returns.std()),
+        "return_mean": stats["mean"],
+        "return_median": stats["median"],
+        "return_min": stats["min"],
+        "return_max": stats["max"],
+        "return_std": stats["std"],
         "length_mean": float(lengths.mean()),
         "length_std": float(lengths.std()),
         "returns": returns.tolist(),
@@ -285,6 +280,8 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "device": str(device),
         "video": None,
     }
+    if reference == "gymnasium":
+        result["reference"] = score_in_gymnasium(spec, algorithm, device, episodes, int(cfg.seed))
     json_dir = video_path.parent if cfg.video else out_dir
     video_error = None
     if cfg.video:
@@ -330,10 +327,18 @@ def main(cfg: DictConfig) -> None:
     std = "" if math.isnan(r["return_std"]) else f" +- {r['return_std']:.1f}"
     print(
         f"[offpolicy] eval {r['algo']} on {r['env']} (checkpoint at {r['checkpoint_env_steps']} env steps): "
-        f"return {r['return_mean']:.1f}{std}, length {r['length_mean']:.0f} over {r['episodes']} episodes; "
+        f"return {r['return_mean']:.1f}{std} (median {r['return_median']:.1f}, min {r['return_min']:.1f}), "
+        f"length {r['length_mean']:.0f} over {r['episodes']} episodes; "
         f"{r['eval_json']}" + (f", {r['video']}" if r["video"] else ""),
         flush=True,
     )
+    for name, ref in (r.get("reference") or {}).items():
+        print(
+            f"[offpolicy] {name} ({ref['id']}, {ref['kwargs']}): return {ref['mean']:.1f} +- {ref['std']:.1f} "
+            f"(median {ref['median']:.1f}, min {ref['min']:.1f}), length {ref['length_mean']:.0f} "
+            f"over {ref['episodes']} episodes",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -260,3 +260,41 @@ def rollout(env: Any, policy: Any, record_first: bool = False) -> tuple[np.ndarr
         if finished.all():
             break
     return returns, lengths, frames
+
+
+# --------------------------------------------------------------------------- the reference implementation
+
+
+def observation_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword options that shape a Gymnasium task's observation (the policy needs them as trained)."""
+    return {k: v for k, v in kwargs.items() if "observation" in k}
+
+
+def gymnasium_rollout(
+    gymnasium_id: str, kwargs: dict[str, Any], policy: Any, episodes: int, seed: int, max_episode_steps: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
+    """`episodes` episodes of `policy` in Gymnasium's own `gymnasium.make(gymnasium_id, **kwargs)`, stepped in lockstep.
+
+    Each env is reset with its own seed (`seed + i`) and runs until Gymnasium's own termination or time
+    limit; the policy sees float32 observations under the `actor` key, as in training.
+    """
+    import gymnasium
+
+    envs = [gymnasium.make(gymnasium_id, max_episode_steps=max_episode_steps, **kwargs) for _ in range(episodes)]
+    try:
+        obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+        returns = np.zeros(episodes)
+        lengths = np.zeros(episodes, np.int64)
+        active = np.ones(episodes, bool)
+        while active.any():
+            actions = policy({"actor": obs})
+            for i in np.flatnonzero(active):
+                next_obs, reward, terminated, truncated, _ = envs[i].step(actions[i])
+                returns[i] += float(reward)
+                lengths[i] += 1
+                obs[i] = next_obs
+                active[i] = not (terminated or truncated)
+    finally:
+        for env in envs:
+            env.close()
+    return returns, lengths

@@ -3,13 +3,18 @@
 Finds every run under the directory (a folder holding `metrics.csv` or
 `metrics.jsonl` next to `config_resolved.yaml` or `.hydra/config.yaml`), groups
 runs by env and algo, aligns the seeds of a group on a common grid (linear
-interpolation over the range every seed covers) and draws mean and spread over
-seeds against env steps and against wall-clock seconds, one row per env, to one
-PNG. No W&B needed.
+interpolation over the range every seed covers) and draws the median (or mean)
+and the min-max (or std) band over seeds against env steps and against
+wall-clock seconds, one row per env, to one PNG. No W&B needed.
+
+Snapshot evaluations (`eval/*` rows, `offpolicy.evaluation`) are placed where
+their snapshot was taken (`eval/env_steps`, `eval/snapshot_s`), not where their
+episodes finished: the curve shows the frozen policies of those moments.
 
     python -m offpolicy.plot multirun/2026-01-02/10-11-12
-    python -m offpolicy.plot runs/ --metric train/episode_return --spread minmax --out curves.png
-    python -m offpolicy.plot runs/ --at-seconds 120 240 480   # + median over seeds at those times (CSV)
+    python -m offpolicy.plot runs/ --metric train/episode_return --center mean --spread std --out curves.png
+    python -m offpolicy.plot runs/ --at-seconds 120 240 480 --targets ant=6000 halfcheetah=10000
+        # + per (env, algo): median/min/max over seeds at those times, time to the target (CSV, Markdown)
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ DEFAULT_METRICS = ("eval/return", "train/episode_return")
 """tried in this order when --metric is not given: evaluation return first, training return as fallback"""
 STEP_KEY = "env_steps"
 TIME_KEY = "time/elapsed_s"
+SNAPSHOT_X = {STEP_KEY: "eval/env_steps", TIME_KEY: "eval/snapshot_s"}
+"""where an `eval/*` value's snapshot was taken, for each x axis"""
+MEDIAN_KEY = "eval/return_median"
+"""a snapshot's median episode return: what `time to target` compares"""
+FINAL_EVAL = "eval_final.json"
+"""written next to a run by `offpolicy.eval ... reference=gymnasium` on its final checkpoint"""
 CONFIG_NAMES = ("config_resolved.yaml", ".hydra/config.yaml")
 GRID_POINTS = 200
 RUN_END_SLACK_S = 1.0
@@ -49,8 +60,16 @@ class RunRecord:
     seed: int
     columns: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def x_key(self, metric: str, x_key: str) -> str:
+        """The column `metric` is placed on: its snapshot's coordinates for `eval/*` metrics that have them."""
+        snapshot = SNAPSHOT_X.get(x_key)
+        if metric.startswith("eval/") and snapshot in self.columns and np.isfinite(self.columns[snapshot]).any():
+            return snapshot
+        return x_key
+
     def curve(self, metric: str, x_key: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(x, y) over the rows that have both, sorted by x; None when the run never logged `metric`."""
+        x_key = self.x_key(metric, x_key)
         if metric not in self.columns or x_key not in self.columns:
             return None
         x, y = self.columns[x_key], self.columns[metric]
@@ -145,17 +164,21 @@ def choose_metric(runs: list[RunRecord], requested: str | None) -> str:
 
 @dataclass
 class Band:
-    """Mean and spread of one group over its seeds on a common grid."""
+    """Centre (median or mean) and spread of one group over its seeds on a common grid."""
 
     x: np.ndarray
     mean: np.ndarray
+    """the centre line: the median over seeds, or their mean (`center`)"""
     low: np.ndarray
     high: np.ndarray
     seeds: int
 
 
-def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], spread: str = "std", points: int = GRID_POINTS) -> Band:
-    """Interpolate every seed onto the x range all of them cover, then mean and std (or min/max) per point."""
+def aggregate(
+    curves: list[tuple[np.ndarray, np.ndarray]], spread: str = "std", points: int = GRID_POINTS, center: str = "mean"
+) -> Band:
+    """Interpolate every seed onto the x range all of them cover, then the centre (mean or median) and the spread
+    (std around the mean, or min/max) per point."""
     if not curves:
         raise ValueError("no curves to aggregate")
     lo = max(float(x[0]) for x, _ in curves)
@@ -165,7 +188,9 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], spread: str = "std", 
     else:  # the seeds share no range (e.g. one row each): every logged x, each seed held flat past its ends
         grid = np.unique(np.concatenate([x for x, _ in curves]))
     ys = np.stack([np.interp(grid, x, y) for x, y in curves])
-    mean = ys.mean(axis=0)
+    if center not in ("mean", "median"):
+        raise ValueError(f"center must be 'mean' or 'median', got {center!r}")
+    mean = ys.mean(axis=0) if center == "mean" else np.median(ys, axis=0)
     if spread == "minmax":
         low, high = ys.min(axis=0), ys.max(axis=0)
     elif spread == "std":
@@ -176,18 +201,24 @@ def aggregate(curves: list[tuple[np.ndarray, np.ndarray]], spread: str = "std", 
     return Band(grid, mean, low, high, len(curves))
 
 
-def bands(runs: list[RunRecord], metric: str, x_key: str, spread: str) -> dict[tuple[str, str], Band]:
+def bands(
+    runs: list[RunRecord], metric: str, x_key: str, spread: str, center: str = "mean"
+) -> dict[tuple[str, str], Band]:
     """(env, algo) -> Band over the seeds that logged `metric` against `x_key`."""
     grouped: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for run in runs:
         curve = run.curve(metric, x_key)
         if curve is not None:
             grouped[(run.env, run.algo)].append(curve)
-    return {key: aggregate(curves, spread) for key, curves in sorted(grouped.items())}
+    return {key: aggregate(curves, spread, center=center) for key, curves in sorted(grouped.items())}
 
 
 def plot(
-    root: str | Path, out: str | Path | None = None, metric: str | None = None, spread: str = "std"
+    root: str | Path,
+    out: str | Path | None = None,
+    metric: str | None = None,
+    spread: str = "minmax",
+    center: str = "median",
 ) -> tuple[Path, str]:
     """Draw `metric` vs env steps and vs wall-clock for every (env, algo) under `root`; returns (png, metric)."""
     import matplotlib
@@ -199,8 +230,8 @@ def plot(
     if not runs:
         raise PlotError(f"no runs under {root} (a run is a folder with metrics.csv or metrics.jsonl and its config)")
     metric = choose_metric(runs, metric)
-    by_steps = bands(runs, metric, STEP_KEY, spread)
-    by_time = bands(runs, metric, TIME_KEY, spread)
+    by_steps = bands(runs, metric, STEP_KEY, spread, center)
+    by_time = bands(runs, metric, TIME_KEY, spread, center)
     envs = sorted({env for env, _ in by_steps})
     algos = sorted({algo for _, algo in by_steps})
     colors = {algo: f"C{i % 10}" for i, algo in enumerate(algos)}
@@ -220,7 +251,7 @@ def plot(
             ax.set_ylabel(metric)
             ax.grid(alpha=0.3)
             ax.legend(loc="best", fontsize="small")
-    spread_text = "mean ± std" if spread == "std" else "mean, min–max"
+    spread_text = f"{center}, " + ("± std" if spread == "std" else "min–max")
     fig.suptitle(f"{metric} ({spread_text} over seeds)")
     fig.tight_layout()
     out_path = Path(out) if out is not None else Path(root) / f"{metric.replace('/', '_')}.png"
@@ -258,11 +289,15 @@ def milestones(runs: list[RunRecord], metric: str, seconds: list[float]) -> list
         for t in seconds:
             values, steps = [], []
             for run in group:
-                times, ys = run.columns[TIME_KEY], run.columns[metric]
-                step_col = run.columns.get(STEP_KEY, np.full_like(times, np.nan))
-                if not np.isfinite(times).any() or np.nanmax(times) < t - RUN_END_SLACK_S:
+                run_times = run.columns[TIME_KEY]
+                if not np.isfinite(run_times).any() or np.nanmax(run_times) < t - RUN_END_SLACK_S:
                     continue  # this seed never ran until t
-                known = np.flatnonzero(np.isfinite(ys) & np.isfinite(times) & (times <= t))
+                time_key, step_key = run.x_key(metric, TIME_KEY), run.x_key(metric, STEP_KEY)
+                times, ys = run.columns[time_key], run.columns[metric]
+                step_col = run.columns.get(step_key, np.full_like(times, np.nan))
+                # a snapshot taken by t (the final one lands a hair after a budget of t: allowed the slack)
+                limit = t + RUN_END_SLACK_S if time_key != TIME_KEY else t
+                known = np.flatnonzero(np.isfinite(ys) & np.isfinite(times) & (times <= limit))
                 if known.size:
                     last = known[np.argmax(times[known])]
                     values.append(float(ys[last]))
@@ -286,10 +321,114 @@ def write_milestones(path: Path, metric: str, rows: list[Milestone]) -> None:
             writer.writerow([m.env, m.algo, m.seconds, m.seeds, m.median, m.low, m.high, m.env_steps])
 
 
-def summary_lines(root: str | Path, metric: str, spread: str = "std") -> list[str]:
+def time_to_target(run: RunRecord, target: float, key: str = MEDIAN_KEY) -> float:
+    """Seconds at which the first snapshot whose median episode return reached `target` was taken (inf: never)."""
+    if key not in run.columns:
+        return math.inf
+    times, values = run.columns[run.x_key(key, TIME_KEY)], run.columns[key]
+    hit = np.flatnonzero(np.isfinite(values) & np.isfinite(times) & (values >= target))
+    return float(times[hit].min()) if hit.size else math.inf
+
+
+def final_rescore(run: RunRecord) -> dict[str, float]:
+    """From the run's eval_final.json (if any): the final snapshot's mean return in its own env and in the
+    reference implementation (with this task's options and with the reference's default reward options)."""
+    path = run.path / FINAL_EVAL
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    out = {"own": float(data["return_mean"])}
+    for name, ref in (data.get("reference") or {}).items():
+        out[name] = float(ref["mean"])
+    return out
+
+
+@dataclass
+class TableRow:
+    """One (env, algo) line of the results table."""
+
+    env: str
+    algo: str
+    seeds: int
+    at: list[Milestone]
+    target: float | None
+    time_to_target_s: float
+    """median over seeds of the time to the first snapshot whose median reached the target (inf: not reached)"""
+    seeds_reaching: int
+    final_median_min: tuple[float, float]
+    """min over seeds of each final snapshot's median episode return, and its median over seeds"""
+    rescore: dict[str, float]
+    """median over seeds of eval_final.json's mean returns, per implementation"""
+
+
+def results_table(
+    runs: list[RunRecord], metric: str, seconds: list[float], targets: dict[str, float]
+) -> list[TableRow]:
+    """Per (env, algo): the milestones, time to target, the final snapshot's median and the re-scores."""
+    grouped: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        grouped[(run.env, run.algo)].append(run)
+    at = milestones(runs, metric, seconds)
+    table = []
+    for (env, algo), group in sorted(grouped.items()):
+        target = targets.get(env)
+        times = [time_to_target(run, target) for run in group] if target is not None else []
+        finals = []
+        for run in group:
+            values = run.columns.get(MEDIAN_KEY)
+            if values is not None and np.isfinite(values).any():
+                finals.append(float(values[np.flatnonzero(np.isfinite(values))[-1]]))
+        rescores: dict[str, list[float]] = defaultdict(list)
+        for run in group:
+            for name, value in final_rescore(run).items():
+                rescores[name].append(value)
+        table.append(
+            TableRow(
+                env=env,
+                algo=algo,
+                seeds=len(group),
+                at=[m for m in at if (m.env, m.algo) == (env, algo)],
+                target=target,
+                time_to_target_s=float(np.median(times)) if times else math.nan,
+                seeds_reaching=sum(math.isfinite(t) for t in times),
+                final_median_min=(min(finals), float(np.median(finals))) if finals else (math.nan, math.nan),
+                rescore={k: float(np.median(v)) for k, v in rescores.items()},
+            )
+        )
+    return table
+
+
+def markdown_table(rows: list[TableRow], metric: str) -> str:
+    """The results table as Markdown: median [min] over seeds at each time, env steps, time to target, re-scores."""
+    if not rows:
+        return ""
+    seconds = [m.seconds for m in rows[0].at]
+    head = ["algo", "task", "seeds", *[f"{metric} at {t / 60:g} min" for t in seconds], "env steps"]
+    head += ["target", "time to target", "final snapshot median (min seed)", "re-score of the final snapshot"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        cells = [r.algo, r.env, str(r.seeds)]
+        for m in r.at:
+            cells.append(f"{m.median:,.0f} [{m.low:,.0f}]" if m.seeds else "n/a")
+        last = r.at[-1] if r.at else None
+        cells.append(f"{last.env_steps / 1e6:.1f} M" if last and last.seeds else "n/a")
+        if r.target is None:
+            cells += ["", ""]
+        else:
+            reached = f"{r.seeds_reaching}/{r.seeds} seeds"
+            when = f"{r.time_to_target_s / 60:.1f} min" if math.isfinite(r.time_to_target_s) else "not reached"
+            cells += [f"{r.target:,.0f}", f"{when} ({reached})"]
+        low, median = r.final_median_min
+        cells.append(f"{median:,.0f} ({low:,.0f})" if math.isfinite(median) else "n/a")
+        cells.append(", ".join(f"{k}: {v:,.0f}" for k, v in r.rescore.items()) or "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_lines(root: str | Path, metric: str, spread: str = "std", center: str = "mean") -> list[str]:
     """One line per (env, algo): seeds and the final value of the mean curve with its spread."""
     lines = []
-    for (env, algo), band in bands(find_runs(root), metric, STEP_KEY, spread).items():
+    for (env, algo), band in bands(find_runs(root), metric, STEP_KEY, spread, center).items():
         lines.append(
             f"{env:>12} {algo:>10}  seeds {band.seeds}  at {band.x[-1]:,.0f} env steps: "
             f"{band.mean[-1]:.2f} [{band.low[-1]:.2f}, {band.high[-1]:.2f}]"
@@ -303,7 +442,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir", help="a run dir, a multirun (sweep) dir, or any folder holding runs")
     parser.add_argument("--out", default=None, help="PNG path (default: <dir>/<metric>.png)")
     parser.add_argument("--metric", default=None, help=f"metric to plot (default: first of {list(DEFAULT_METRICS)})")
-    parser.add_argument("--spread", choices=("std", "minmax"), default="std", help="band over seeds")
+    parser.add_argument("--spread", choices=("std", "minmax"), default="minmax", help="band over seeds")
+    parser.add_argument("--center", choices=("median", "mean"), default="median", help="line over seeds")
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=[],
+        metavar="ENV=RETURN",
+        help="with --at-seconds: time to the first snapshot whose median return reached the target, per env",
+    )
     parser.add_argument(
         "--at-seconds",
         type=float,
@@ -314,11 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        out, metric = plot(args.dir, args.out, args.metric, args.spread)
+        targets = {k: float(v) for k, _, v in (t.partition("=") for t in args.targets)}
+        out, metric = plot(args.dir, args.out, args.metric, args.spread, args.center)
     except PlotError as exc:
         print(f"[offpolicy.plot] {exc}", file=sys.stderr)
         return 1
-    for line in summary_lines(args.dir, metric, args.spread):
+    for line in summary_lines(args.dir, metric, args.spread, args.center):
         print(line)
     print(f"[offpolicy.plot] wrote {out}")
     if args.at_seconds:
@@ -329,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
         table = out.with_name(f"{out.stem}_at_seconds.csv")
         write_milestones(table, metric, rows)
         print(f"[offpolicy.plot] wrote {table}")
+        markdown = markdown_table(results_table(find_runs(args.dir), metric, args.at_seconds, targets), metric)
+        md_path = out.with_name(f"{out.stem}_table.md")
+        md_path.write_text(markdown)
+        print(markdown, end="")
+        print(f"[offpolicy.plot] wrote {md_path}")
     return 0
 
 

@@ -76,7 +76,13 @@ def test_eval_rows_get_the_snapshot_mean_action_and_never_reach_replay(tmp_path)
             "device": "cpu",
             "experiment": "test",
             "env": {"name": "fake", "num_envs": train_rows, "options": {"record_path": str(record)}},
-            "eval": {"num_envs": eval_rows, "episodes": 2, "interval_s": None, "interval_env_steps": 40, "final": False},
+            "eval": {
+                "num_envs": eval_rows,
+                "episodes": 2,
+                "interval_s": None,
+                "interval_env_steps": 40,
+                "final": False,
+            },
             "checkpoint": {"interval_env_steps": 0},
             "algo": {"name": "standin", "updates_per_step": 1, "batch_size": 16, "hidden": 16},
             "train": {"total_env_steps": train_rows * ticks, "updates_per_step": None, "learning_starts": 8},
@@ -158,7 +164,46 @@ def test_evaluate_writes_eval_json_with_deterministic_returns(tmp_path):
     assert saved["env"] == "hopper" and saved["algo"] == "fastsac" and saved["checkpoint_env_steps"] == 400
     assert all(1 <= n <= 25 for n in saved["lengths"])
     assert saved["return_mean"] == pytest.approx(np.mean(saved["returns"]))
+    assert saved["return_median"] == pytest.approx(np.median(saved["returns"]))
+    assert saved["return_min"] == min(saved["returns"]) and "reference" not in saved
     assert first["returns"] == second["returns"]  # mean actions, seeded resets: repeatable
+
+
+def humanoid_checkpoint(path: Path) -> Path:
+    """A real humanoid/fastsac checkpoint with untrained tiny networks."""
+    import envs
+
+    env = envs.make("humanoid", 1)
+    s = env.spec
+    env.close()
+    train_spec = EnvSpec("humanoid", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000)
+    torch.manual_seed(0)
+    algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
+    ident = ck.RunIdentity("fastsac", "humanoid", dict(s.obs_dims), s.action_dim, 4)
+    config = {"algo": SMALL_FASTSAC, "env": {"name": "humanoid", "num_envs": 4, "options": {}}}
+    counters = {"env_steps": 400, "ticks": 100, "updates": 50, "policy_version": 50}
+    return ck.save_checkpoint(path, ck.build_checkpoint(ident, algo.state_dict(), counters, config=config))
+
+
+def test_reference_gymnasium_rescores_in_gymnasiums_own_env_with_and_without_our_reward_options(tmp_path):
+    from offpolicy.eval import evaluate
+
+    path = humanoid_checkpoint(tmp_path / "humanoid.pt")
+    result = evaluate(eval_cfg(path, episodes=4, reference="gymnasium"), tmp_path / "out")
+    ref = result["reference"]
+    ours, default = ref["gymnasium"], ref["gymnasium_default_reward"]
+    assert ours["id"] == "Humanoid-v5" and ours["kwargs"]["contact_cost_weight"] == 0.0
+    assert "contact_cost_weight" not in default["kwargs"]  # Gymnasium's default contact cost applies
+    assert default["kwargs"]["include_cinert_in_observation"] is False  # the policy still gets its inputs
+    assert ours["episodes"] == default["episodes"] == 4
+    # same seeds, same deterministic policy, same physics: the same episodes, minus the contact cost
+    assert ours["lengths"] == default["lengths"]
+    assert all(d < o for d, o in zip(default["returns"], ours["returns"], strict=True))
+    assert ours["mean"] == pytest.approx(np.mean(ours["returns"])) and ours["min"] == min(ours["returns"])
+    # Gymnasium's humanoid and ours: an untrained policy falls within a similar number of steps
+    assert abs(np.mean(ours["lengths"]) - result["length_mean"]) < 0.5 * result["length_mean"]
+    saved = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert saved["reference"]["gymnasium"]["returns"] == ours["returns"]
 
 
 def test_evaluate_refuses_another_env_in_one_line(tmp_path):

@@ -205,3 +205,85 @@ def test_plot_of_a_real_run(tmp_path):
     metric = plot.choose_metric([run], None)
     assert metric in plot.DEFAULT_METRICS
     assert "hopper" in proc.stdout and "seeds 1" in proc.stdout
+
+
+# --------------------------------------------------------------------------- snapshot evaluations
+
+
+def write_snapshot_run(run_dir: Path, algo: str, seed: int, snapshots: list[tuple[float, int, float, float, float]],
+                       env: str = "ant") -> Path:  # fmt: skip
+    """A run whose eval rows are snapshot evaluations: (snapshot_s, snapshot env steps, mean, median, logged_s)."""
+    run_dir.mkdir(parents=True)
+    OmegaConf.save(
+        OmegaConf.create({"seed": seed, "env": {"name": env}, "algo": {"name": algo}}), run_dir / "config_resolved.yaml"
+    )
+    rows = [{"env_steps": 0, "time/elapsed_s": 0.0, "train/updates": 0}]
+    for snapshot_s, steps, mean, median, logged_s in snapshots:
+        rows.append(
+            {
+                "env_steps": int(logged_s * 1000),
+                "time/elapsed_s": logged_s,
+                "eval/return": mean,
+                "eval/return_median": median,
+                "eval/snapshot_s": snapshot_s,
+                "eval/env_steps": steps,
+            }
+        )
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def snapshot_sweep(root: Path) -> Path:
+    # seed 0: snapshots at 100 s (reported at 130 s) and at 480.4 s (the final one, after an 8-minute loop)
+    write_snapshot_run(root / "a", "fastsac", 0, [(100.0, 1000, 10.0, 12.0, 130.0), (480.4, 4000, 50.0, 60.0, 482.0)])
+    write_snapshot_run(root / "b", "fastsac", 1, [(90.0, 900, 20.0, 5.0, 125.0), (480.2, 4100, 30.0, 33.0, 481.0)])
+    write_snapshot_run(root / "c", "fastsac", 2, [(110.0, 1100, 30.0, 31.0, 140.0), (480.1, 3900, 70.0, 71.0, 481.5)])
+    return root
+
+
+def test_snapshot_values_sit_where_their_snapshot_was_taken(tmp_path):
+    (run,) = plot.find_runs(write_snapshot_run(tmp_path / "r", "fastsac", 0, [(100.0, 1000, 10.0, 12.0, 130.0)]))
+    x, y = run.curve("eval/return", plot.TIME_KEY)
+    assert x.tolist() == [100.0] and y.tolist() == [10.0]  # not at 130 s, when its episodes had finished
+    x, _ = run.curve("eval/return", plot.STEP_KEY)
+    assert x.tolist() == [1000.0]
+    x, _ = run.curve("train/updates", plot.TIME_KEY)  # other metrics keep the row's own coordinates
+    assert x.tolist() == [0.0]
+
+
+def test_milestones_take_the_snapshots_frozen_by_then_and_the_final_one_at_the_budget(tmp_path):
+    runs = plot.find_runs(snapshot_sweep(tmp_path / "m"))
+    at = {m.seconds: m for m in plot.milestones(runs, "eval/return", [120.0, 480.0])}
+    # at 120 s every seed has a snapshot frozen before then, although seed 0's was reported at 130 s
+    assert (at[120.0].seeds, at[120.0].median, at[120.0].low, at[120.0].high) == (3, 20.0, 10.0, 30.0)
+    assert at[120.0].env_steps == 1000.0  # the snapshots' own env steps
+    # at 480 s: the final snapshots, taken a hair after the 480-s loop ended
+    assert (at[480.0].median, at[480.0].low, at[480.0].high) == (50.0, 30.0, 70.0)
+
+
+def test_time_to_target_uses_each_seeds_first_snapshot_median_reaching_it(tmp_path):
+    runs = {r.seed: r for r in plot.find_runs(snapshot_sweep(tmp_path / "m"))}
+    assert plot.time_to_target(runs[0], 12.0) == 100.0
+    assert plot.time_to_target(runs[1], 12.0) == 480.2  # its first snapshot's median was 5
+    assert plot.time_to_target(runs[1], 100.0) == float("inf")
+    # target 40: seed 0 at 480.4 s (median 60), seed 1 never (33), seed 2 at 480.1 s (71): median 480.4 s
+    (row,) = plot.results_table(list(runs.values()), "eval/return", [120.0, 480.0], {"ant": 40.0})
+    assert row.time_to_target_s == 480.4 and row.seeds_reaching == 2
+    assert row.final_median_min == (33.0, 60.0)  # the final snapshots' medians: 60, 33, 71
+
+
+def test_cli_writes_the_results_table_in_markdown(tmp_path):
+    root = snapshot_sweep(tmp_path / "m")
+    (root / "a" / "eval_final.json").write_text(
+        json.dumps({"return_mean": 51.0, "reference": {"gymnasium": {"mean": 49.0}}})
+    )
+    out = tmp_path / "curves.png"
+    cmd = [sys.executable, "-m", "offpolicy.plot", str(root), "--out", str(out), "--at-seconds", "120", "480",
+           "--targets", "ant=40"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = (tmp_path / "curves_table.md").read_text().splitlines()
+    assert table[0].startswith("| algo | task | seeds | eval/return at 2 min | eval/return at 8 min | env steps |")
+    assert table[2] == (
+        "| fastsac | ant | 3 | 20 [10] | 50 [30] | 0.0 M | 40 | 8.0 min (2/3 seeds) | 60 (33) | own: 51, gymnasium: 49 |"
+    )
