@@ -15,11 +15,13 @@ Handshake over a pipe (cold path), then the tick loop over shared memory:
     ... tick loop ...
     collector -> parent: ("error", failure)  or  ("bye", report)
 
-One tick (see docs/design.md): write obs_t and the reset mask into the obs slot,
-publish OBS_TICK=t; wait for ACTION_TICK=t; step physics; write transition t into
-the next free ingress slot (block while the ring is full); reset the rows the
-learner asked to reset with tick t's actions (a snapshot evaluation starts; their
-first observations go into obs_{t+1}, their reset mask is set); loop.
+One tick (see docs/design.md): wait for ACTION_TICK=t; step physics; write obs_{t+1}
+and the reset mask into the obs slot (resetting first the rows the learner asked to
+reset with tick t's actions: a snapshot evaluation starts) and publish OBS_TICK=t+1;
+then, while the learner runs its inference, write transition t into the next free
+ingress slot (block while the ring is full); loop. Each tick's phase durations go
+into a shared ring (`PhaseRecorder`), and with `runtime.trace` their intervals
+join the timeline as the collector's track.
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ from offpolicy.slots import (
     ACTION_POLICY_VERSION,
     ACTION_TICK,
     COLLECTOR_HEARTBEAT_NS,
+    COLLECTOR_PHASE_TICKS,
     COLLECTOR_STATE,
     CONSUMED,
     OBS_TICK,
+    PHASE_NAMES,
+    PHASE_RING,
     PHYSICS_FAILURES,
     RESET_REQUEST_TICK,
     STOP,
@@ -98,6 +103,19 @@ class CollectorConfig:
     """fault injection: hang inside env.step at this tick (-1: never)"""
     step_delay_s: float = 0.0
     """test hook: random sleep up to this long before each step (property tests)"""
+    trace_max_ticks: int = 0
+    """keep this many ticks of phase intervals for the timeline's collector track (0: none)"""
+    record: RecordWindow | None = None
+    """record a window of ticks for a same-trajectory replay (benchmark/offpolicy/replay.py)"""
+
+
+@dataclass(frozen=True)
+class RecordWindow:
+    """Which ticks to record and where: the physics state before the first, then every action and reset."""
+
+    path: str
+    start_tick: int
+    ticks: int
 
 
 class InjectedFault(RuntimeError):
@@ -152,10 +170,10 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
         segment = SharedSegment.attach(name, layout)
         conn.send(("attached",))
         ticks = _run(env, segment, ring_slots, cfg)
-        conn.send(("bye", {"ticks": ticks, **isolation_report(env)}))
+        conn.send(("bye", {"ticks": ticks, **isolation_report(env), "trace": _TRACE}))
     except _Stop:
         try:
-            conn.send(("bye", {"ticks": _CURRENT_TICK[0], "stopped": True, **isolation_report(env)}))
+            conn.send(("bye", {"ticks": _CURRENT_TICK[0], "stopped": True, **isolation_report(env), "trace": _TRACE}))
         except (OSError, EOFError):
             pass
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
@@ -182,10 +200,158 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
 
 
 _CURRENT_TICK = [-1]
+_TRACE: list[tuple[str, int, int, int]] = []
+"""(phase, tick, start_ns, end_ns) of the recorded ticks, sent with the collector's goodbye"""
+
+
+class PhaseRecorder:
+    """Per-tick phase durations into the shared phase ring (the learner reads medians at log time), and
+    the intervals themselves for the timeline's collector track while `trace_max_ticks` lasts.
+
+    Phases (`offpolicy.slots.PHASE_NAMES`): `cycle` from one obs publish to the next; `wait` for the
+    action (the learner's inference and the exchange); `physics`, the pool step; `task`, the task's
+    numpy (observation, reward, termination) around it; `resets`, auto-resets; `eval_resets`, resets a
+    snapshot evaluation asked for; `publish`, writing the next observations; `critical`, from the
+    action to the next publish (what the learner waits for); `ingress_wait` and `ingress_write`, the
+    transition's slot, written after the publish while the learner runs its inference.
+    """
+
+    def __init__(self, segment: SharedSegment, trace_max_ticks: int) -> None:
+        self.ring = segment["collector/phases"]
+        self.control = segment.control
+        self.trace_max_ticks = int(trace_max_ticks)
+        self.index = {name: i for i, name in enumerate(PHASE_NAMES)}
+        self.published = self.written = 0
+
+    def start(self, published: int) -> None:
+        self.published = self.written = published
+
+    def record(
+        self,
+        tick: int,
+        t_action: int,
+        t_stepped: int,
+        env_timing: tuple[int, int, int, int] | None,
+        eval_span: tuple[int, int] | None,
+        t_published: int,
+        t_acquired: int,
+        t_written: int,
+    ) -> None:
+        if env_timing is None:  # an env that does not time itself: the whole step counts as physics
+            env_timing = (t_action, t_stepped, t_stepped, t_stepped)
+        pool_start, pool_end, reset_start, reset_end = env_timing
+        physics, resets = pool_end - pool_start, reset_end - reset_start
+        evals = 0 if eval_span is None else eval_span[1] - eval_span[0]
+        row = self.ring[tick % PHASE_RING]
+        i = self.index
+        row[i["cycle"]] = t_published - self.published
+        row[i["wait"]] = t_action - self.written
+        row[i["physics"]] = physics
+        row[i["task"]] = (t_stepped - t_action) - physics - resets
+        row[i["resets"]] = resets
+        row[i["eval_resets"]] = evals
+        row[i["publish"]] = (t_published - t_stepped) - evals
+        row[i["critical"]] = t_published - t_action
+        row[i["ingress_wait"]] = t_acquired - t_published
+        row[i["ingress_write"]] = t_written - t_acquired
+        self.control[COLLECTOR_PHASE_TICKS] = tick + 1
+        if tick < self.trace_max_ticks:
+            _TRACE.extend(
+                [
+                    ("wait", tick, self.written, t_action),
+                    ("physics", tick, pool_start, pool_end),
+                    ("task", tick, t_action, t_stepped),
+                    ("publish", tick, t_stepped, t_published),
+                    ("ingress", tick, t_published, t_written),
+                ]
+            )
+            if resets:
+                _TRACE.append(("resets", tick, reset_start, reset_end))
+            if eval_span is not None:
+                _TRACE.append(("eval_resets", tick, *eval_span))
+        self.published, self.written = t_published, t_written
+
+
+class WindowRecorder:
+    """Records a window of ticks for a same-trajectory replay: the env's state before the first tick, then
+    every action, every reset (rows and states, automatic or requested) and every observation published.
+
+    Needs an env with `snapshot()` and a `reset_log` (MujocoNpEnv). Saved as one .npz at the window's end.
+    """
+
+    def __init__(self, env: Any, window: RecordWindow) -> None:
+        self.env = env
+        self.window = window
+        self.actions: list[np.ndarray] = []
+        self.obs: list[np.ndarray] = []
+        self.resets: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.forced: list[tuple[int, np.ndarray]] = []
+        self.snapshot: dict[str, Any] | None = None
+        self.t0 = self.t1 = 0
+
+    def _in_window(self, tick: int) -> bool:
+        return self.window.start_tick <= tick < self.window.start_tick + self.window.ticks
+
+    def before_step(self, tick: int, actions: np.ndarray) -> None:
+        if tick == self.window.start_tick:
+            self.snapshot = self.env.snapshot()
+            self.env.reset_log = []
+        if self._in_window(tick):
+            self.actions.append(np.array(actions, copy=True))
+
+    def _drain(self, tick: int) -> None:
+        for rows, states in self.env.reset_log or []:
+            self.resets.append((tick, rows, states))
+        if self.env.reset_log is not None:
+            self.env.reset_log.clear()
+
+    def forced_reset(self, tick: int, rows: np.ndarray) -> None:
+        if self._in_window(tick):
+            self.forced.append((tick, np.array(rows, copy=True)))
+
+    def after_step(self, tick: int, obs_slot: dict[str, np.ndarray]) -> None:
+        if self._in_window(tick):
+            self._drain(tick)
+            self.obs.append(np.array(obs_slot["actor"], copy=True))
+            self.t1 = time.perf_counter_ns()  # the window's clock: from the first tick's end to the last one's
+            if tick == self.window.start_tick:
+                self.t0 = self.t1
+
+    def done(self, tick: int) -> bool:
+        return tick + 1 >= self.window.start_tick + self.window.ticks
+
+    def save(self) -> None:
+        if self.snapshot is None or not self.actions:
+            return
+        self.env.reset_log = None
+        n = len(self.obs)
+        reset_ticks = np.array([t for t, _, _ in self.resets], dtype=np.int64)
+        reset_counts = np.array([len(r) for _, r, _ in self.resets], dtype=np.int64)
+        nstate = self.snapshot["state"].shape[1]
+        np.savez(
+            self.window.path,
+            start_tick=self.window.start_tick,
+            actions=np.stack(self.actions[:n]),
+            obs=np.stack(self.obs),
+            reset_ticks=reset_ticks,
+            reset_counts=reset_counts,
+            reset_rows=np.concatenate([r for _, r, _ in self.resets]) if self.resets else np.zeros(0, np.int64),
+            reset_states=np.concatenate([s for _, _, s in self.resets]) if self.resets else np.zeros((0, nstate)),
+            forced_ticks=np.array([t for t, _ in self.forced], dtype=np.int64),
+            forced_rows=np.stack([r for _, r in self.forced]) if self.forced else np.zeros((0, 0), np.int64),
+            in_run_seconds=(self.t1 - self.t0) / 1e9,
+            **{f"snapshot/{k}": v for k, v in self.snapshot.items() if k != "rng"},
+            snapshot_rng=np.frombuffer(repr(self.snapshot["rng"]).encode(), dtype=np.uint8),
+        )
 
 
 def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig) -> int:
-    """The tick loop; returns the number of ticks stepped."""
+    """The tick loop; returns the number of ticks stepped.
+
+    After each physics step the next observations are published first: the learner's
+    inference for tick t+1 starts while this process writes transition t into the
+    ingress ring (the learner ingests it after that inference, waiting for it if needed).
+    """
     spec = env.spec
     obs_keys = list(spec.obs_dims)
     obs_slot = {k: segment[f"obs/{k}"] for k in obs_keys}
@@ -197,6 +363,9 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
     waiter = Waiter(segment, cfg.spin_us, cfg.poll_s)
     parent_pid = cfg.parent_pid
     rng = np.random.default_rng(os.getpid())
+    clock = time.perf_counter_ns
+    phases = PhaseRecorder(segment, cfg.trace_max_ticks)
+    recorder = WindowRecorder(env, cfg.record) if cfg.record is not None else None
 
     def check() -> None:
         if control[STOP]:
@@ -206,31 +375,60 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
 
     control[COLLECTOR_STATE] = CollectorState.RUNNING
     state = env.reset()
+    prev_obs = {k: np.array(state.obs[k], dtype=np.float32, copy=True) for k in obs_keys}
+    """obs_t of the transition being written (the obs slot already holds obs_{t+1} by then)"""
     for k in obs_keys:
         obs_slot[k][:] = state.obs[k]
     reset_slot[:] = True
+    phases.start(clock())
     segment.publish(OBS_TICK, 0)
 
     failures_total = 0
     for tick in range(cfg.num_ticks):
         _CURRENT_TICK[0] = tick
         waiter.wait_at_least(ACTION_TICK, tick, check)
+        t_action = clock()
         policy_version = int(control[ACTION_POLICY_VERSION])
         if cfg.step_delay_s > 0:
             time.sleep(rng.uniform(0.0, cfg.step_delay_s))
+        if recorder is not None:
+            recorder.before_step(tick, action_slot)
         state = env.step(action_slot)
+        t_stepped = clock()
         failures = int(state.info.get("physics_failures", 0))
         failures_total += failures
+        done = state.terminated | state.truncated
+
+        last = tick + 1 == cfg.num_ticks
+        eval_span = None
+        if not last:
+            for k in obs_keys:
+                obs_slot[k][:] = state.obs[k]
+            reset_slot[:] = done
+            if control[RESET_REQUEST_TICK] == tick:  # rows the learner wants fresh (a snapshot evaluation starts)
+                t_eval = clock()
+                rows = np.flatnonzero(reset_request)
+                first_obs = env.reset_rows(rows)
+                for k in obs_keys:
+                    obs_slot[k][rows] = first_obs[k]
+                reset_slot[rows] = True
+                eval_span = (t_eval, clock())
+                if recorder is not None:
+                    recorder.forced_reset(tick, rows)
+            if recorder is not None:
+                recorder.after_step(tick, obs_slot)
+            segment.publish(OBS_TICK, tick + 1)
+        t_published = clock()
 
         slot = ring.acquire_for_write(waiter, check)
+        t_acquired = clock()
         for k in obs_keys:
-            slot.obs[k][:] = obs_slot[k]  # obs_t still sits in the obs slot: the learner is done with it
+            slot.obs[k][:] = prev_obs[k]
             slot.next_obs[k][:] = state.info["final_obs"][k]
         slot.action[:] = action_slot
         slot.reward[:] = state.reward
         slot.terminated[:] = state.terminated
         slot.truncated[:] = state.truncated
-        done = state.terminated | state.truncated
         if failures:
             slot.physics_failed[:] = state.info["physics_failed"]
         if "episode_return" in state.info:
@@ -241,21 +439,22 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
         header[HEADER_POLICY_VERSION] = policy_version
         header[HEADER_PHYSICS_FAILURES] = failures
         header[HEADER_NUM_DONE] = int(done.sum())
-        ring.commit(wake=tick + 1 == cfg.num_ticks)  # only the last one has a waiter
+        ring.commit(wake=True)  # the learner may be waiting for it (it ingests right after its inference)
         control[PHYSICS_FAILURES] = failures_total
         control[COLLECTOR_HEARTBEAT_NS] = time.monotonic_ns()
-
-        if tick + 1 < cfg.num_ticks:
+        if not last:
             for k in obs_keys:
-                obs_slot[k][:] = state.obs[k]
-            if control[RESET_REQUEST_TICK] == tick:  # rows the learner wants fresh (a snapshot evaluation starts)
-                rows = np.flatnonzero(reset_request)
-                first_obs = env.reset_rows(rows)
-                for k in obs_keys:
-                    obs_slot[k][rows] = first_obs[k]
-                done = done | reset_request
-            reset_slot[:] = done
-            segment.publish(OBS_TICK, tick + 1)
+                prev_obs[k][:] = obs_slot[k]
+        t_written = clock()
+        phases.record(
+            tick, t_action, t_stepped, getattr(env, "last_step_timing", None), eval_span, t_published, t_acquired,
+            t_written,
+        )  # fmt: skip
+        if recorder is not None and recorder.done(tick):
+            recorder.save()
+            recorder = None
+    if recorder is not None:
+        recorder.save()
     # Leave only once the learner released every transition: none is in flight at exit.
     waiter.wait_at_least(CONSUMED, cfg.num_ticks, check)
     control[COLLECTOR_STATE] = CollectorState.EXITED

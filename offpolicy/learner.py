@@ -51,7 +51,10 @@ from offpolicy.replay import ReplayBuffer
 from offpolicy.slots import (
     ACTION_POLICY_VERSION,
     ACTION_TICK,
+    COLLECTOR_PHASE_TICKS,
     OBS_TICK,
+    PHASE_NAMES,
+    PHASE_RING,
     PRODUCED,
     RESET_REQUEST_TICK,
     SharedSegment,
@@ -189,6 +192,8 @@ class Learner:
         """host seconds of the first inference tick, the first with the policy's own actions and the
         first update phase: these calls compile and capture (`first_*` keys)"""
         self._interval = (time.perf_counter(), 0, 0.0, 0.0, 0)  # metrics(): t, updates, busy s, inference s, ticks
+        self._phases_read = 0
+        """collector ticks whose phase durations went into a metric row already"""
 
         # Views of the slots; on a CPU device the actor reads shared memory directly.
         self._obs_np = {k: segment[f"obs/{k}"] for k in self.obs_keys}
@@ -274,6 +279,9 @@ class Learner:
     def ingest(self, tick: int) -> None:
         """Copy transition `tick` from the ingress ring into replay, then release its slot."""
         t0 = time.perf_counter()
+        # the collector publishes obs_{t+1} before it writes transition t: it may still be writing it
+        self.collector.arm_deadline(tick + 1)
+        self.waiter.wait_at_least(PRODUCED, tick + 1, self.check)
         slot = self.ring.peek()
         if slot is None:
             raise ProtocolError(f"transition {tick} is not in the ingress ring")
@@ -505,6 +513,7 @@ class Learner:
             inference_s = self.busy_s["inference"] - inference_prev
             out["perf/inference_tick_ms"] = 1e3 * inference_s / (self.inference_ticks - ticks_prev)
         self._interval = (now, self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
+        out.update(self._collector_phases())
         if self.episodes:
             out["train/episode_return"] = self.episode_return_sum / self.episodes
             out["train/episode_length"] = self.episode_length_sum / self.episodes
@@ -514,6 +523,25 @@ class Learner:
             names = list(self.last_update_metrics)
             values = torch.stack([self.last_update_metrics[n].detach().float().reshape(()) for n in names]).cpu()
             out.update(zip(names, values.tolist(), strict=True))
+        return out
+
+    def _collector_phases(self) -> dict[str, float]:
+        """Medians of the collector's per-tick phases since the last row (`perf/collector_*_ms`)."""
+        if self.segment is None or self.segment.control is None or "collector/phases" not in self.segment.arrays:
+            return {}
+        written = int(self.segment.control[COLLECTOR_PHASE_TICKS]) - 1  # the newest row may be mid-write
+        first = max(self._phases_read, written - PHASE_RING + 1, 0)
+        if written <= first:
+            return {}
+        rows = self.segment["collector/phases"][np.arange(first, written) % PHASE_RING] / 1e6
+        self._phases_read = written
+        medians = np.median(rows, axis=0)
+        out = {f"perf/collector_{name}_ms": float(v) for name, v in zip(PHASE_NAMES, medians, strict=True)}
+        i = {name: k for k, name in enumerate(PHASE_NAMES)}
+        cycle = rows[:, i["cycle"]].sum()
+        if cycle > 0:  # the collector's serial work outside the pool, as a share of the tick
+            outside = rows[:, i["critical"]] - rows[:, i["physics"]]
+            out["perf/collector_outside_pool_fraction"] = float(outside.sum() / cycle)
         return out
 
     def _ring_counters(self) -> dict[str, float]:

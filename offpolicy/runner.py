@@ -34,6 +34,8 @@ Hidden keys (not in the YAML; set with `+runtime....=` for tests and debugging):
     runtime.fault.learner_sleep_s           ... this long (a deliberately long learner phase)
     runtime.fault.collector_step_delay_s    random sleep up to this long before each step
     runtime.env_factory                     `module:function` building the NpEnv instead of envs.make
+    runtime.record.start_tick, .ticks       record that window of ticks (state, actions, resets, observations)
+                                            into <run dir>/record.npz for a same-trajectory replay
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from offpolicy.checkpoint import (
     load_checkpoint,
     restore_rng,
 )
-from offpolicy.collector import CollectorConfig, EnvFactory
+from offpolicy.collector import CollectorConfig, EnvFactory, RecordWindow
 from offpolicy.evaluation import EvalSettings, MeanPolicy, eval_metrics, return_statistics, rollout
 from offpolicy.ingress import IngressRing
 from offpolicy.learner import Learner, NonFiniteUpdates, StopRequested
@@ -120,6 +122,10 @@ class RuntimeSettings:
     learner_raise_at_tick: int = -1
     learner_sleep_at_tick: int = -1
     learner_sleep_s: float = 0.0
+    record_start_tick: int = 0
+    """hidden: first tick of a recorded window (benchmark/offpolicy/replay.py)"""
+    record_ticks: int = 0
+    """hidden: ticks to record into <run dir>/record.npz (0: none)"""
     collector_step_delay_s: float = 0.0
 
     @staticmethod
@@ -145,6 +151,8 @@ class RuntimeSettings:
             learner_raise_at_tick=int(get("runtime.fault.learner_raise_at_tick", -1)),
             learner_sleep_at_tick=int(get("runtime.fault.learner_sleep_at_tick", -1)),
             learner_sleep_s=float(get("runtime.fault.learner_sleep_s", 0.0)),
+            record_start_tick=int(get("runtime.record.start_tick", 0)),
+            record_ticks=int(get("runtime.record.ticks", 0)),
             collector_step_delay_s=float(get("runtime.fault.collector_step_delay_s", 0.0)),
         )
 
@@ -281,6 +289,10 @@ class Runner:
                 raise_at_tick=s.collector_raise_at_tick,
                 hang_at_tick=s.collector_hang_at_tick,
                 step_delay_s=s.collector_step_delay_s,
+                trace_max_ticks=s.trace_max_ticks if s.trace else 0,
+                record=None
+                if s.record_ticks <= 0
+                else RecordWindow(str(self.run_dir / "record.npz"), s.record_start_tick, s.record_ticks),
             ),
             startup_timeout_s=s.startup_timeout_s,
             timeout_s=s.collector_timeout_s,
@@ -397,6 +409,7 @@ class Runner:
                 # Written once everything is built: from here on the run is ticking (tests wait for it).
                 (self.run_dir / "collector.pid").write_text(str(collector.pid))
                 (self.run_dir / "collector.json").write_text(json.dumps(_jsonable(report), indent=1))
+                (self.run_dir / "collector_env.json").write_text(json.dumps(self.env_factory.kwargs, default=str))
                 t_loop = time.perf_counter()
                 log_hook = self._logging_hook(metrics_logger, t_loop)
 
@@ -454,6 +467,8 @@ class Runner:
                     segment.unlink()
                     segment.close()
                 restore(saved_affinity)
+                if collector.final_report is not None:
+                    self.timeline.add_collector_track(collector.final_report.pop("trace", None) or [])
                 self.timeline.write(self.run_dir)
                 (self.run_dir / "collector.pid").unlink(missing_ok=True)
             finally:

@@ -92,6 +92,24 @@ PHYSICS_FAILURES = 9
 """physics failures the collector has seen so far (all envs, all ticks)"""
 RESET_REQUEST_TICK = 10
 """tick whose action slot carries reset requests (`action/reset_request`); -1: none yet"""
+COLLECTOR_PHASE_TICKS = 11
+"""ticks whose phase durations the collector wrote into `collector/phases`"""
+
+PHASE_NAMES = (
+    "cycle",
+    "wait",
+    "physics",
+    "task",
+    "resets",
+    "eval_resets",
+    "publish",
+    "critical",
+    "ingress_wait",
+    "ingress_write",
+)
+"""per-tick phases of the collector (offpolicy.collector.PhaseRecorder), in nanoseconds"""
+PHASE_RING = 1024
+"""rows of the collector's phase ring (tick % PHASE_RING)"""
 _NUM_COUNTERS = 16
 
 
@@ -184,6 +202,7 @@ class Layout:
         for k, d in obs_dims.items():
             lay.add(f"obs/{k}", (n, d), "float32")
         lay.add("obs/reset_mask", (n,), "bool")
+        lay.add("collector/phases", (PHASE_RING, len(PHASE_NAMES)), "int64")
         lay.add("action/value", (n, action_dim), "float32")
         # rows the collector resets right after this tick's step (snapshot evaluation starts)
         lay.add("action/reset_request", (n,), "bool")

@@ -21,6 +21,7 @@ import torch
 PHASES = ("wait", "inference", "ingest", "update")
 HOST_TRACK = "learner host (wall clock)"
 DEVICE_TRACK = "learner device (CUDA events)"
+COLLECTOR_TRACK = "collector (wall clock)"
 
 
 class Timeline:
@@ -33,6 +34,8 @@ class Timeline:
         self.host: list[tuple[str, int, int, int, dict]] = []
         """(phase, tick, start_ns, end_ns, args)"""
         self.device_events: list[tuple[str, int, Any, Any]] = []
+        self.collector: list[tuple[str, int, int, int]] = []
+        """(phase, tick, start_ns, end_ns) the collector recorded (same monotonic clock as `host`)"""
         self._t0 = time.perf_counter_ns()
         self._origin_event = None
         if self.use_cuda_events:
@@ -65,6 +68,11 @@ class Timeline:
         if self.enabled and self.host:
             self.host[-1][4].update(args)
 
+    def add_collector_track(self, events: list[tuple[str, int, int, int]]) -> None:
+        """The collector's phase intervals (physics, task numpy, resets, publish, ingress, wait for the action)."""
+        if self.enabled:
+            self.collector = [e for e in events if e[1] < self.max_ticks]
+
     def intervals(self) -> list[dict[str, Any]]:
         """Host intervals as dicts with microsecond `start`/`end` from the timeline's start."""
         return [
@@ -92,6 +100,21 @@ class Timeline:
                     "args": {"tick": t, **a},
                 }
             )
+        if self.collector:
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 3, "args": {"name": COLLECTOR_TRACK}})
+            for n, t, s, e in self.collector:
+                events.append(
+                    {
+                        "name": n,
+                        "cat": "collector",
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": 3,
+                        "ts": (s - self._t0) / 1e3,
+                        "dur": (e - s) / 1e3,
+                        "args": {"tick": t},
+                    }
+                )
         if self.device_events:
             torch.cuda.synchronize()
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 2, "args": {"name": DEVICE_TRACK}})

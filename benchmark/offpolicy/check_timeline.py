@@ -3,7 +3,10 @@
 Reads a Chrome trace written by `offpolicy.timeline.Timeline` (or trimmed by
 `benchmark_end_to_end.py`), checks the device track (CUDA events) where it exists
 and the host track always, prints a report and writes it next to the trace as
-`<trace>.check.json`. Exit status 0 when every check passes.
+`<trace>.check.json`. Exit status 0 when every check passes. Where the trace has
+the collector's track, the report also gives the collector's per-tick serial time
+outside physics: from the action it waited for to the next observations it
+published, minus the pool step (median, and as a share of the tick).
 
     python -m benchmark.offpolicy.check_timeline benchmark/outputs/end_to_end/timeline_ant_fastsac.json
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -57,6 +61,34 @@ def check_track(intervals: list[dict]) -> dict:
     }
 
 
+def collector_serial(intervals: list[dict]) -> dict | None:
+    """Per tick: the collector's critical path (action seen -> next obs published) outside the pool step."""
+    by_tick: dict[int, dict[str, dict]] = {}
+    for iv in intervals:
+        by_tick.setdefault(iv["tick"], {})[iv["phase"]] = iv
+    outside, cycles, physics = [], [], []
+    publishes = sorted((iv["end"], iv["tick"]) for iv in intervals if iv["phase"] == "publish")
+    ends = {tick: end for end, tick in publishes}
+    for tick, phases in sorted(by_tick.items()):
+        if not {"task", "publish", "physics"} <= set(phases) or tick - 1 not in ends:
+            continue
+        critical = phases["publish"]["end"] - phases["task"]["start"]
+        pool = phases["physics"]["end"] - phases["physics"]["start"]
+        outside.append(critical - pool)
+        physics.append(pool)
+        cycles.append(ends[tick] - ends[tick - 1])
+    if not cycles:
+        return None
+    med = statistics.median
+    return {
+        "ticks": len(cycles),
+        "outside_physics_us_median": med(outside),
+        "physics_us_median": med(physics),
+        "tick_us_median": med(cycles),
+        "outside_physics_fraction": sum(outside) / sum(cycles),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("trace", type=Path)
@@ -68,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             report[track] = check_track(intervals)
     passed = all(r["passed"] for k, r in report.items() if k != "trace") and len(report) > 1
     report["passed"] = passed
+    collector = collector_serial(load_intervals(args.trace, "collector"))
+    if collector is not None:
+        report["collector"] = collector
     out = args.trace.with_suffix(".check.json")
     out.write_text(json.dumps(report, indent=2) + "\n")
     for track in ("device", "host"):
@@ -75,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             r = report[track]
             print(f"{track:6s}: {r['inference_intervals']} inference, {r['update_intervals']} update intervals, "
                   f"{r['overlaps']} overlaps, {r['alternation_breaks']} alternation breaks -> {'PASS' if r['passed'] else 'FAIL'}")
+    if collector is not None:
+        print(
+            f"collector: {collector['outside_physics_us_median']:.0f} us outside physics per tick (median), "
+            f"{100 * collector['outside_physics_fraction']:.2f}% of the tick ({collector['ticks']} ticks)"
+        )
     print(f"report: {out}")
     return 0 if passed else 1
 

@@ -17,6 +17,7 @@ was chosen on), they are reset, and `info["physics_failures"]` counts them
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,6 +79,10 @@ class MujocoNpEnv(NpEnv):
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._obs = np.zeros((num_envs, 0), dtype=np.float32)
         self.physics_failures_total = 0
+        self.last_step_timing: tuple[int, int, int, int] | None = None
+        """(pool start, pool end, resets start, resets end) of the last step, perf_counter_ns (phase timings)"""
+        self.reset_log: list[tuple[np.ndarray, np.ndarray]] | None = None
+        """when a list: every reset appends (rows, new states) (a recorded window for a same-trajectory replay)"""
         low, high = m.actuator_ctrlrange.T.astype(np.float32)
         probe = task.observe(self._view(np.tile(self._initial_state_row(), (1, 1)), np.zeros((1, m.nsensordata))))
         self.spec = EnvSpec(
@@ -130,6 +135,8 @@ class MujocoNpEnv(NpEnv):
             states, new_sensor = self.pool.reset(env_ids, states)
             self._sensordata[env_ids] = new_sensor
         self._state[env_ids] = states
+        if self.reset_log is not None:
+            self.reset_log.append((np.array(env_ids, dtype=np.int64), np.array(states, copy=True)))
         self._episode_length[env_ids] = 0
         self._episode_return[env_ids] = 0.0
 
@@ -154,6 +161,26 @@ class MujocoNpEnv(NpEnv):
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self._states_from(qpos, qvel))
         return self._first_state()
 
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the next steps depend on (physics state, sensors, episode counters, observation, RNG)."""
+        return {
+            "state": self._state.copy(),
+            "sensordata": self._sensordata.copy(),
+            "episode_length": self._episode_length.copy(),
+            "episode_return": self._episode_return.copy(),
+            "obs": self._obs.copy(),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Inverse of `snapshot`: the env continues exactly as the one the snapshot was taken from."""
+        self._state = np.array(snapshot["state"], dtype=np.float64, copy=True)
+        self._sensordata = np.array(snapshot["sensordata"], dtype=np.float64, copy=True)
+        self._episode_length = np.array(snapshot["episode_length"], dtype=np.int64, copy=True)
+        self._episode_return = np.array(snapshot["episode_return"], dtype=np.float64, copy=True)
+        self._obs = np.array(snapshot["obs"], dtype=np.float32, copy=True)
+        self.rng.bit_generator.state = snapshot["rng"]
+
     def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """Copies of (qpos, qvel) of `rows` as of the last `reset`/`step` (rendering; not the hot path)."""
         return self._state[rows, self._qpos_slice].copy(), self._state[rows, self._qvel_slice].copy()
@@ -177,6 +204,7 @@ class MujocoNpEnv(NpEnv):
         prev_obs = self._obs
         progress_before = task.progress(self._view(self._state, self._sensordata))
         prev_time = self._state[:, 0]
+        pool_start = time.perf_counter_ns()
         state, sensordata = self.pool.step(
             self._state,
             nstep=self.frame_skip,
@@ -184,6 +212,7 @@ class MujocoNpEnv(NpEnv):
             return_sensor=True,
             post_step_forward_sensor=task.fresh_sensors,
         )
+        pool_end = time.perf_counter_ns()
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
         # a row sum is non-finite iff some entry is (or the row overflows: a blow-up either way);
@@ -220,11 +249,13 @@ class MujocoNpEnv(NpEnv):
             "episode_length": self._episode_length.copy(),
         }
         final_obs = obs
+        reset_start = time.perf_counter_ns()
         if done.any():
             done_ids = np.flatnonzero(done).astype(np.int32)
             final_obs = obs.copy()
             self._reset_rows(done_ids)
             obs[done_ids] = self._observe(done_ids)
+        self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
         self._obs = obs
         return NpEnvState(
             obs={ACTOR_OBS_KEY: obs},

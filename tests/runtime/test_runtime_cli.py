@@ -43,8 +43,12 @@ def test_done_command_runs_end_to_end_on_cpu(tmp_path):
     assert summary["env_steps"] == 2000 and summary["completed"]
     assert summary["replay_size"] == 2000
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["env_steps"] == 2000
-    assert rows[-1]["perf/ingress_produced"] == rows[-1]["perf/ingress_consumed"] == 250
+    last = [r for r in rows if "perf/ingress_produced" in r][-1]  # the last training row
+    assert last["env_steps"] == 2000
+    assert last["perf/ingress_produced"] == last["perf/ingress_consumed"] == 250
+    # then the final snapshot's evaluation: 16 deterministic episodes of the policy the checkpoint holds
+    assert rows[-1]["eval/episodes"] == 16 == summary["snapshot_eval"]["episodes"]
+    assert rows[-1]["eval/policy_version"] == summary["policy_version"] == summary["snapshot_eval"]["policy_version"]
     resolved = OmegaConf.load(tmp_path / "config_resolved.yaml")
     assert resolved.env.num_envs == 8 and resolved.train.total_env_steps == 2000
     assert isinstance(resolved.train.updates_per_step, int)  # interpolations resolved

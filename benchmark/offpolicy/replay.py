@@ -1,0 +1,161 @@
+"""Same-trajectory reference: replay a recorded window of a real run on bare physics and on NpEnv.
+
+A run started with `+runtime.record.start_tick=S +runtime.record.ticks=T` leaves
+`<run dir>/record.npz`: the collector env's full state before tick S (physics
+state, sensors, episode counters, RNG), every action it applied, every reset it
+applied (rows and new states, automatic or requested by a snapshot evaluation)
+and every observation it published. Physics is deterministic given states and
+actions, so this module can
+
+- replay the window on the bare `BatchEnvPool` (the pool step of every tick plus
+  the resets' state writes, nothing else): the physics-only time of exactly the
+  work the run did;
+- replay it on `NpEnv` (restored from the snapshot, stepped with the same actions,
+  the same requested resets): the env's whole time, and a check that the replay
+  reproduces the run's observations bit for bit;
+
+both in this process, pinned to the CPUs the run's collector had. The run's own
+rate over the same window comes from the collector's clock in the record.
+
+    python -m benchmark.offpolicy.replay <run dir> [--cpus 2-15]   # prints and returns the figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmark.machine import parse_cpus  # noqa: E402
+
+
+def load_record(path: str | Path) -> dict[str, Any]:
+    """The arrays of a record.npz, with the env snapshot gathered under `snapshot` (RNG state decoded)."""
+    with np.load(path) as data:
+        raw = {k: data[k] for k in data.files}
+    snapshot = {k.split("/", 1)[1]: v for k, v in raw.items() if k.startswith("snapshot/")}
+    snapshot["rng"] = ast.literal_eval(raw.pop("snapshot_rng").tobytes().decode())
+    out = {k: v for k, v in raw.items() if not k.startswith("snapshot/")}
+    out["snapshot"] = snapshot
+    return out
+
+
+def _resets_by_tick(rec: dict[str, Any]) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
+    """Tick (window-relative) -> [(rows, states)] in the order the collector applied them."""
+    out: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    start = int(rec["start_tick"])
+    offset = 0
+    for tick, count in zip(rec["reset_ticks"].tolist(), rec["reset_counts"].tolist(), strict=True):
+        rows = rec["reset_rows"][offset : offset + count]
+        states = rec["reset_states"][offset : offset + count]
+        out.setdefault(tick - start, []).append((rows, states))
+        offset += count
+    return out
+
+
+def replay_bare(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray]:
+    """Seconds the bare pool takes for the window's physics (steps and reset writes), and the final state."""
+    pool, task = env.pool, env.task
+    state = np.array(rec["snapshot"]["state"], dtype=np.float64, copy=True)
+    actions = rec["actions"].astype(np.float64)
+    resets = _resets_by_tick(rec)
+    t0 = time.perf_counter()
+    for t in range(actions.shape[0]):
+        state, _ = pool.step(
+            state,
+            nstep=env.frame_skip,
+            control=actions[t],
+            return_sensor=True,
+            post_step_forward_sensor=task.fresh_sensors,
+        )
+        for rows, states in resets.get(t, ()):
+            if task.fresh_sensors:  # as NpEnv does: sensors at the new state come from one forward pass
+                states, _ = pool.reset(rows.astype(np.int32), states)
+            state[rows] = states
+    return time.perf_counter() - t0, state
+
+
+def replay_np_env(env: Any, rec: dict[str, Any]) -> tuple[float, float, np.ndarray]:
+    """Seconds NpEnv takes for the window, the largest observation difference to the run's, and the final state."""
+    env.restore(rec["snapshot"])
+    actions = rec["actions"]
+    forced = {int(t) - int(rec["start_tick"]): rows for t, rows in zip(rec["forced_ticks"], rec["forced_rows"])}
+    worst = 0.0
+    obs_seen = []
+    t0 = time.perf_counter()
+    for t in range(actions.shape[0]):
+        state = env.step(actions[t])
+        obs = state.obs["actor"]
+        if t in forced:
+            first = env.reset_rows(forced[t])["actor"]
+            obs = obs.copy()
+            obs[forced[t]] = first
+        obs_seen.append(obs.copy())
+    seconds = time.perf_counter() - t0
+    for t, obs in enumerate(obs_seen[: rec["obs"].shape[0]]):
+        worst = max(worst, float(np.abs(obs - rec["obs"][t]).max()))
+    return seconds, worst, env._state.copy()
+
+
+def replay_run(run_dir: str | Path, cpus: list[int] | None = None) -> dict[str, Any]:
+    """Both replays of `<run_dir>/record.npz` on `cpus` (default: the run's collector CPUs); figures as a dict."""
+    import envs
+
+    run_dir = Path(run_dir)
+    rec = load_record(run_dir / "record.npz")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    kwargs = json.loads((run_dir / "collector_env.json").read_text())
+    cpus = list(cpus or summary["collector_cpus"])
+    rows = rec["actions"].shape[1]
+    ticks = rec["actions"].shape[0]
+    train_rows = int(summary["num_envs"])
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        env = envs.make(**{**kwargs, "num_envs": rows}, cpu_ids=cpus, nthread=len(cpus))
+        try:
+            replay_np_env(env, rec)  # warm-up: page in the pool's data and numpy's paths
+            bare_s, bare_state = replay_bare(env, rec)
+            np_env_s, worst, np_state = replay_np_env(env, rec)
+        finally:
+            env.close()
+    finally:
+        os.sched_setaffinity(0, saved)
+    in_run_ticks = ticks - 1  # the record's clock spans from the first tick's publish to the last one's
+    return {
+        "window_ticks": ticks,
+        "window_start_tick": int(rec["start_tick"]),
+        "rows_stepped": rows,
+        "env_steps_per_s": train_rows * in_run_ticks / float(rec["in_run_seconds"]),
+        "replayed_bare_env_steps_per_s": train_rows * ticks / bare_s,
+        "replayed_np_env_env_steps_per_s": train_rows * ticks / np_env_s,
+        "replay_obs_max_abs_diff": worst,
+        "replay_states_agree": bool(np.array_equal(bare_state, np_state)),
+        "replay_cpus": cpus,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--cpus", default=None, help="CPU list for the replay (default: the run's collector CPUs)")
+    args = p.parse_args(argv)
+    result = replay_run(args.run_dir, parse_cpus(args.cpus) if args.cpus else None)
+    result["ratio_to_replayed_bare"] = result["env_steps_per_s"] / result["replayed_bare_env_steps_per_s"]
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
