@@ -41,11 +41,15 @@ def _spec(env: str, num_envs: int):
     return spec
 
 
-def timed(fn, ticks: int, warmup: int) -> dict:
+def timed(fn, ticks: int, warmup: int, gap_s: float = 0.0) -> dict:
+    """Latency of `fn` (host wall clock, it ends synchronised); `gap_s` of idle time before each call,
+    as between in-run ticks while the collector steps physics."""
     for _ in range(warmup):
         fn()
     lat = []
     for _ in range(ticks):
+        if gap_s:
+            time.sleep(gap_s)
         t0 = time.perf_counter()
         fn()
         lat.append(time.perf_counter() - t0)
@@ -58,6 +62,7 @@ def main(argv=None) -> int:
     p.add_argument("--algo", default="fastsac")
     p.add_argument("--env", default="ant")
     p.add_argument("--num-envs", type=int, default=1024)
+    p.add_argument("--idle-gaps-ms", type=float, nargs="*", default=[0.0, 2.0, 10.0, 25.0])
     p.add_argument("--eval-envs", type=int, default=16)
     p.add_argument("--ticks", type=int, default=500)
     p.add_argument("--out", default=str(OUTPUTS / "inference_tick"))
@@ -128,6 +133,22 @@ def main(argv=None) -> int:
             r = timed(fn, args.ticks, warmup=20)
             rows.append({"variant": name, **r})
             print(f"{name:22s} median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
+        # The in-run tick follows ~10-40 ms in which the device may idle (physics on the CPU): same tick after a
+        # host sleep of that length, alone and right after an update-sized burst of device work.
+        burst = torch.randn(4096, 4096, device=device)
+        for gap_ms in args.idle_gaps_ms:
+            r = timed(lambda: learner_like(True), args.ticks, warmup=5, gap_s=gap_ms / 1e3)
+            rows.append({"variant": f"shm_slots+eval after {gap_ms:g} ms idle", "gap_ms": gap_ms, **r})
+            print(f"after {gap_ms:5.1f} ms idle     median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
+
+        def queued_behind_work():
+            for _ in range(8):  # ~ an update phase's worth of queued kernels still running
+                burst.mul_(1.0000001)
+            learner_like(True)
+
+        r = timed(queued_behind_work, args.ticks, warmup=5)
+        rows.append({"variant": "shm_slots+eval queued behind device work", **r})
+        print(f"queued behind work   median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
 
         # per-stage breakdown, synchronising after each stage
         obs_d = obs_shm.to(device)
