@@ -95,6 +95,8 @@ class CollectorConfig:
     """fault injection: hang inside env.step at this tick (-1: never)"""
     step_delay_s: float = 0.0
     """test hook: random sleep up to this long before each step (property tests)"""
+    work_dir: str | None = None
+    """working directory once the env is built (the run dir): MuJoCo's MUJOCO_LOG.TXT lands there"""
 
 
 class InjectedFault(RuntimeError):
@@ -139,6 +141,8 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
     segment = None
     try:
         env = cfg.env_factory.build(cfg.collector_cpus)
+        if cfg.work_dir is not None:
+            os.chdir(cfg.work_dir)
         if cfg.raise_at_tick >= 0 or cfg.hang_at_tick >= 0:
             env = FaultInjectingEnv(env, cfg.raise_at_tick, cfg.hang_at_tick)
         conn.send(("spec", {"spec": env.spec, **isolation_report(env)}))

@@ -263,6 +263,7 @@ class Runner:
                 raise_at_tick=s.collector_raise_at_tick,
                 hang_at_tick=s.collector_hang_at_tick,
                 step_delay_s=s.collector_step_delay_s,
+                work_dir=str(self.run_dir.resolve()),
             ),
             startup_timeout_s=s.startup_timeout_s,
             timeout_s=s.collector_timeout_s,
