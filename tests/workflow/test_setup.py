@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -30,8 +31,10 @@ def fake_python(path: Path, log: Path, real: str | None) -> Path:
     return path
 
 
-def make(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-C", str(REPO), *args], capture_output=True, text=True, timeout=300, **kw)
+def make(*args: str) -> subprocess.CompletedProcess:
+    """`make -C <repo> <args>`, free of the settings of a `make test` this suite may run under."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    return subprocess.run(["make", "-C", str(REPO), *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 @needs_make
