@@ -1,20 +1,51 @@
 # The README names these targets; CI runs `make test` through .ci/run.
+#
+# torch: a torch the venv's python already imports within pyproject.toml's range is kept (for
+# example a venv made with VENV_ARGS=--system-site-packages over a CUDA build). Otherwise
+# $(TORCH) is installed from pip's default index, which on Linux x86-64 (PyPI) is the CUDA build
+# (several GB, needs an NVIDIA driver to use the GPU); on a CPU-only machine set
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build (~200 MB).
+PYTHON ?= python3
 VENV ?= .venv
+VENV_ARGS ?=
 PY := $(VENV)/bin/python
-# A pinned torch: on a CPU machine this is a local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
+TORCH_INDEX_URL ?=
+# arguments of `make train`, e.g. make train ARGS="algo=flashsac env=hopper"
+ARGS ?=
 
-.PHONY: train test lint clean
+# exits 0 when the venv's python imports a torch inside pyproject.toml's torch range
+TORCH_FITS = $(PY) -c 'import sys, tomllib, torch; from pip._vendor.packaging.requirements import Requirement; \
+	deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+	req = next(Requirement(d) for d in deps if Requirement(d).name == "torch"); \
+	sys.exit(not req.specifier.contains(torch.__version__.split("+")[0], prereleases=True))' 2>/dev/null
+
+define install_torch
+	@if $(TORCH_FITS); then \
+		echo "using the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	else \
+		echo "$(PY) -m pip install -q $(TORCH)$(if $(TORCH_INDEX_URL), --index-url $(TORCH_INDEX_URL))"; \
+		$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX_URL),--index-url "$(TORCH_INDEX_URL)"); \
+	fi
+endef
+
+.PHONY: train test lint clean torch
 
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(install_torch)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
+# the torch step alone, on an existing venv
+torch:
+	$(install_torch)
+
+# make reports a failed run as `make: *** [Makefile:..: train] Error N` (N: the run's exit
+# status, README "Exit status") and exits with 2 itself; scripts call the CLI directly.
 train: $(VENV)/.installed
-	$(PY) -m offpolicy.train
+	$(PY) -m offpolicy.train $(ARGS)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -108,6 +108,9 @@ class CollectorConfig:
     record: RecordWindow | None = None
     """record a window of ticks for a same-trajectory replay (benchmark/offpolicy/replay.py)"""
 
+    work_dir: str | None = None
+    """working directory once the env is built (the run dir): MuJoCo's MUJOCO_LOG.TXT lands there"""
+
 
 @dataclass(frozen=True)
 class RecordWindow:
@@ -160,6 +163,8 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
     segment = None
     try:
         env = cfg.env_factory.build(cfg.collector_cpus)
+        if cfg.work_dir is not None:
+            os.chdir(cfg.work_dir)
         if cfg.raise_at_tick >= 0 or cfg.hang_at_tick >= 0:
             env = FaultInjectingEnv(env, cfg.raise_at_tick, cfg.hang_at_tick)
         conn.send(("spec", {"spec": env.spec, **isolation_report(env)}))

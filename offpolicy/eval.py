@@ -19,22 +19,29 @@ phases. Here there is no training, no replay and no second actor to keep in
 sync: the actor runs on `device`, a small `NpEnv` steps in this process (its
 pool threads on this process's CPUs), and no collector process is needed.
 
-Rendering backend: `MUJOCO_GL` as set by the user; otherwise `egl` on a CUDA
-host and `osmesa` on a CPU machine (Debian/Ubuntu: `apt-get install -y
-libosmesa6`; both need PyOpenGL). It must be chosen before MuJoCo is imported,
-so `main` sets it first. Software rendering costs ~0.1 s per 480x480 frame
-on CPU (a 1000-step episode: under two minutes).
+Rendering backend: `MUJOCO_GL` as set by the user; otherwise the first that
+renders of `egl` and `osmesa` (`egl` first with CUDA; OSMesa on Debian/Ubuntu:
+`apt-get install -y libosmesa6`; both need PyOpenGL, a dependency of mujoco).
+Each is probed in a short subprocess (a 16x16 render), since a missing library
+makes `import mujoco` itself fail, and it must be chosen before MuJoCo is
+imported here. Without a working backend the episodes still run, eval.json is
+written and one line says what to install. Software rendering costs ~0.1 s per
+480x480 frame on CPU (a 1000-step episode: under two minutes).
 
-Exit statuses: 0 done; 1 Hydra could not compose the config; 5 the checkpoint
-is missing, unreadable, unsafe or made for another env; 6 the video could not
-be rendered or written (eval.json is still written).
+Exit statuses: 0 done; 1 Hydra could not compose the config; 2 invalid config
+(one line naming the key, its value and what is allowed: offpolicy.config); 5 the
+checkpoint is missing, unreadable, unsafe or made for another env; 6 the video
+could not be rendered or written (eval.json is still written).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes.util
 import json
 import math
 import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from offpolicy.evaluation import MeanPolicy, gymnasium_rollout, observation_kwargs, return_statistics, rollout
 
+EXIT_CONFIG = 2
 EXIT_CHECKPOINT = 5
 EXIT_VIDEO = 6
 REFERENCES = ("none", "gymnasium")
@@ -65,11 +73,61 @@ class VideoError(RuntimeError):
     """The episode could not be rendered or encoded; the message is one line."""
 
 
-def choose_gl_backend(cuda: bool) -> str:
-    """Set `MUJOCO_GL` unless the user did: `egl` with CUDA, `osmesa` without. Call before importing mujoco."""
-    if "MUJOCO_GL" not in os.environ:
-        os.environ["MUJOCO_GL"] = "egl" if cuda else "osmesa"
-    return os.environ["MUJOCO_GL"]
+def choose_gl_backend(cuda: bool) -> tuple[str, str | None]:
+    """Set `MUJOCO_GL` for offscreen rendering and return (backend, None), or (backend, why it cannot render).
+
+    The user's `MUJOCO_GL` is kept. Otherwise the first backend that renders: `egl` then
+    `osmesa` with CUDA, `osmesa` then `egl` without. Call before anything imports mujoco.
+    """
+    if "MUJOCO_GL" in os.environ:
+        backend = os.environ["MUJOCO_GL"]
+        return backend, gl_backend_problem(backend)
+    candidates = ("egl", "osmesa") if cuda else ("osmesa", "egl")
+    problems = {}
+    for backend in candidates:
+        problems[backend] = gl_backend_problem(backend)
+        if problems[backend] is None:
+            os.environ["MUJOCO_GL"] = backend
+            return backend, None
+    return candidates[0], problems[candidates[0]]
+
+
+GL_PROBE = (
+    "import mujoco; m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size=\".1\"/></worldbody></mujoco>');"
+    "r = mujoco.Renderer(m, 16, 16); r.update_scene(mujoco.MjData(m)); r.render(); r.close()"
+)
+"""a 16x16 offscreen render: what the video needs, in a process that may fail without harm"""
+
+GL_LIBRARIES = {"osmesa": "OSMesa", "egl": "EGL"}
+"""the library each offscreen backend loads"""
+
+
+def gl_backend_problem(backend: str) -> str | None:
+    """None when MuJoCo can render offscreen with `MUJOCO_GL=backend`, else why not (one line).
+
+    Probed in a subprocess: a missing library makes `import mujoco` itself fail, which
+    this process could not undo.
+    """
+    env = {**os.environ, "MUJOCO_GL": backend}
+    try:
+        proc = subprocess.run([sys.executable, "-c", GL_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "the offscreen render probe did not finish within 120 s"
+    if proc.returncode == 0:
+        return None
+    library = GL_LIBRARIES.get(backend)
+    if library is not None and ctypes.util.find_library(library) is None:
+        return f"lib{library} not found"  # PyOpenGL's own error names a missing attribute, not the library
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"the render probe exited with status {proc.returncode}"
+
+
+def no_gl_message(backend: str, problem: str) -> str:
+    """One line: which backend failed, why, and what to install."""
+    return (
+        f"no offscreen OpenGL with MUJOCO_GL={backend} ({problem}): on a CPU machine install OSMesa "
+        "(apt-get install libosmesa6) and use MUJOCO_GL=osmesa; with an NVIDIA driver use MUJOCO_GL=egl"
+    )
 
 
 # --------------------------------------------------------------------------- video
@@ -209,9 +267,12 @@ def score_in_gymnasium(spec: Any, algorithm: Any, device: Any, episodes: int, se
 def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Load the checkpoint, run the episodes, write eval.json (and the MP4); returns what eval.json holds.
 
-    Raises `CheckpointError` for a bad checkpoint and `VideoError` (after writing
-    eval.json) when the video fails.
+    Raises `ConfigError` for a bad key, `CheckpointError` for a bad checkpoint and
+    `VideoError` (after writing eval.json) when the video fails or no GL backend works.
     """
+    from offpolicy.config import check_task, validate_eval_config
+
+    validate_eval_config(cfg)  # ConfigError (one line) before anything runs
     import torch
 
     from offpolicy.checkpoint import CheckpointError, check_compatible, load_algorithm_state, load_checkpoint
@@ -220,11 +281,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(str(cfg.get("device", "auto")))
-    if cfg.video:
-        choose_gl_backend(device.type == "cuda")  # before envs imports mujoco
     episodes = int(cfg.episodes)
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
     reference = str(cfg.get("reference") or "none")
     if reference not in REFERENCES:
         raise ValueError(f"reference={reference} is not one of {', '.join(REFERENCES)}")
@@ -237,14 +294,24 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     algo_cfg = saved.get("algo")
     if not algo_cfg:
         raise CheckpointError(f"checkpoint {path} has no algo config, so its networks cannot be rebuilt")
+    gl_problem = None
+    if cfg.video:
+        backend, problem = choose_gl_backend(device.type == "cuda")  # before anything imports mujoco
+        if problem is not None:  # run the episodes without GL, then say what to install
+            gl_problem = no_gl_message(backend, problem)
+            os.environ["MUJOCO_GL"] = "disable"
     options = {**((saved.get("env") or {}).get("options") or {}), **OmegaConf.to_container(cfg.env_options)}
+    name_key = "env.name" if OmegaConf.select(cfg, "env.name", default=None) else "checkpoint"
+    check_task(env_name, options, name_key, "env_options")  # before the env is built: one line, not a traceback
     if cfg.get("max_episode_steps") is not None:
         options["max_episode_steps"] = int(cfg.max_episode_steps)
 
     import envs
 
     torch.manual_seed(int(cfg.seed))
-    env = envs.make(env_name, num_envs=episodes, seed=int(cfg.seed), **options)
+    physics_dir = contextlib.chdir(out_dir.resolve())  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the output dir
+    with physics_dir:
+        env = envs.make(env_name, num_envs=episodes, seed=int(cfg.seed), **options)
     try:
         spec = env.spec
         check_compatible(ckpt, path, env=env_name, obs_dims=dict(spec.obs_dims), action_dim=spec.action_dim)
@@ -253,7 +320,9 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
             OmegaConf.create(algo_cfg), replace(spec, num_envs=int(ckpt["num_envs"])), device
         )
         load_algorithm_state(algorithm, ckpt, path)
-        returns, lengths, states = rollout(env, MeanPolicy(algorithm, spec, device), record_first=bool(cfg.video))
+        record = bool(cfg.video) and gl_problem is None
+        with physics_dir:
+            returns, lengths, states = rollout(env, MeanPolicy(algorithm, spec, device), record_first=record)
         model = env.model
     finally:
         env.close()
@@ -281,10 +350,11 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "video": None,
     }
     if reference == "gymnasium":
-        result["reference"] = score_in_gymnasium(spec, algorithm, device, episodes, int(cfg.seed))
+        with physics_dir:
+            result["reference"] = score_in_gymnasium(spec, algorithm, device, episodes, int(cfg.seed))
     json_dir = video_path.parent if cfg.video else out_dir
-    video_error = None
-    if cfg.video:
+    video_error = VideoError(gl_problem) if gl_problem is not None else None
+    if cfg.video and gl_problem is None:
         camera = dict(CAMERAS.get(env_name, {}))
         if cfg.get("video_camera_distance") is not None:
             camera["distance"] = float(cfg.video_camera_distance)
@@ -304,7 +374,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     if str(OmegaConf.select(cfg, "logger.name", default="none")) == "wandb":
         log_to_wandb(cfg, result, out_dir)
     if video_error is not None:
-        raise video_error
+        raise VideoError(f"{video_error}; the returns are in {result['eval_json']}")
     return result
 
 
@@ -314,10 +384,14 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from offpolicy.checkpoint import CheckpointError
+    from offpolicy.config import ConfigError
 
     out_dir = HydraConfig.get().runtime.output_dir
     try:
         r = evaluate(cfg, out_dir)
+    except ConfigError as exc:
+        print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
     except CheckpointError as exc:
         print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CHECKPOINT)

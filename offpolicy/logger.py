@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 STEP_KEY = "env_steps"
 TIME_KEY = "time/elapsed_s"
+RATE_SMOOTHING = 0.5
+"""weight of the newest refresh window in the progress line's recent rate (its ETA)"""
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
@@ -208,6 +210,8 @@ class MetricsLogger:
             "logger": self.kind,
         }
         self._wandb_run = None
+        self.sync_dir: str | None = None
+        """an offline W&B run's folder, for the `wandb sync` reminder at the end"""
         if self.kind == "wandb":
             self._wandb_run = self._start_wandb(cfg, logger_cfg, context)
         (self.run_dir / "run_info.json").write_text(json.dumps(self.info, indent=1))
@@ -238,6 +242,7 @@ class MetricsLogger:
             "dir": str(sync_dir) if sync_dir else None,
         }
         if mode in ("offline", "dryrun") and sync_dir:
+            self.sync_dir = str(sync_dir)
             log.info("W&B offline (%s): upload this run later with `wandb sync %s`", why, sync_dir)
         return run
 
@@ -281,6 +286,8 @@ class MetricsLogger:
         if self._wandb_run is not None:
             run, self._wandb_run = self._wandb_run, None
             run.finish(exit_code=1 if failed else 0)
+            if self.sync_dir is not None:  # the start line has long scrolled away
+                log.info("W&B run saved offline: upload it with `wandb sync %s`", self.sync_dir)
 
 
 def _ordered_columns(keys: list[str]) -> list[str]:
@@ -328,6 +335,8 @@ class Progress:
         self._redirect: Any = None
         self._t0: float | None = None
         self._last = (0.0, 0, 0)  # time, env steps, updates at the last refresh
+        self._recent_rate: float | None = None
+        """env steps per second, an exponential moving average over refresh windows (the ETA's rate)"""
         self._latest = (0, 0)  # env steps, updates at the last update()
         self._next_refresh = 0.0
         self._closed = False
@@ -370,9 +379,14 @@ class Progress:
         dt = max(now - t_prev, 1e-9)
         steps_per_s = (env_steps - steps_prev) / dt
         updates_per_s = (updates - updates_prev) / dt
+        if env_steps > steps_prev:  # the warm-up's slow first windows fade instead of weighing on the ETA for good
+            a = RATE_SMOOTHING
+            self._recent_rate = (
+                steps_per_s if self._recent_rate is None else a * steps_per_s + (1 - a) * self._recent_rate
+            )
         self._last, self._next_refresh = (now, env_steps, updates), now + self.interval_s
         if self._bar is not None:
-            postfix = {"upd/s": f"{updates_per_s:,.0f}"}
+            postfix = {"upd/s": _rate(updates_per_s)}
             if self.last_return is not None:
                 postfix[self.last_return[0].replace(" ", "_")] = f"{self.last_return[1]:.1f}"
             self._bar.set_postfix(postfix, refresh=False)
@@ -389,13 +403,12 @@ class Progress:
             parts.append(f"{env_steps:,}/{self.total:,} env steps ({100.0 * env_steps / self.total:.1f}%)")
         else:
             parts.append(f"{env_steps:,} env steps")
-        parts += [f"{steps_per_s:,.0f} env-steps/s", f"{updates_per_s:,.0f} updates/s"]
+        parts += [f"{steps_per_s:,.0f} env-steps/s", f"{_rate(updates_per_s)} updates/s"]
         if self.last_return is not None:
             parts.append(f"{self.last_return[0]} {self.last_return[1]:.2f}")
         parts.append(f"elapsed {_hms(elapsed)}")
-        if self.total and env_steps and env_steps < self.total:
-            overall_rate = env_steps / max(elapsed, 1e-9)
-            parts.append(f"ETA {_hms((self.total - env_steps) / max(overall_rate, 1e-9))}")
+        if self.total and env_steps < self.total and self._recent_rate:
+            parts.append(f"ETA {_hms((self.total - env_steps) / self._recent_rate)}")
         return "[progress] " + " | ".join(parts)
 
     def close(self) -> None:
@@ -411,6 +424,11 @@ class Progress:
         if self._redirect is not None:
             self._redirect.__exit__(None, None, None)
             self._redirect = None
+
+
+def _rate(per_s: float) -> str:
+    """`432` at 10 and above, `2.5` below (a slow learner's rate would read 0 or 3)."""
+    return f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.1f}"
 
 
 def _isatty(stream: TextIO) -> bool:

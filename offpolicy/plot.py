@@ -23,7 +23,9 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
+import typing
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,19 @@ RUN_END_SLACK_S = 1.0
 
 class PlotError(RuntimeError):
     """Nothing to plot (no runs, or no run has the metric): a one-line message."""
+
+
+class PlotArgumentError(PlotError):
+    """A bad command-line argument (missing dir, unknown metric, bad time): one line naming it and what is allowed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit status 2 (no usage block)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        message = re.sub(r"^argument [^:]+: (?=--)", "", message)  # our own checks already name the option
+        print(f"[offpolicy.plot] invalid arguments: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 @dataclass
@@ -126,8 +141,8 @@ def _read_config(run_dir: Path) -> dict | None:
 def find_runs(root: str | Path) -> list[RunRecord]:
     """Every run under `root` (root itself may be one run), sorted by path."""
     root = Path(root)
-    if not root.exists():
-        raise PlotError(f"{root} does not exist")
+    if not root.is_dir():
+        raise PlotArgumentError(f"dir={root}: {'is not a directory' if root.exists() else 'does not exist'}")
     candidates = {p.parent for name in ("metrics.csv", "metrics.jsonl") for p in root.rglob(name)}
     runs = []
     for run_dir in sorted(candidates):
@@ -153,8 +168,8 @@ def choose_metric(runs: list[RunRecord], requested: str | None) -> str:
     logged = {k for run in runs for k, v in run.columns.items() if np.isfinite(v).any()}
     if requested is not None:
         if requested not in logged:
-            returns = sorted(k for k in logged if "return" in k)
-            raise PlotError(f"no run logged {requested!r}; return metrics present: {returns or 'none'}")
+            valid = sorted(k for k in logged if k not in (STEP_KEY, TIME_KEY))
+            raise PlotArgumentError(f"--metric={requested}: no run logged it; logged: {', '.join(valid) or 'none'}")
         return requested
     for metric in DEFAULT_METRICS:
         if metric in logged:
@@ -437,8 +452,8 @@ def summary_lines(root: str | Path, metric: str, spread: str = "std", center: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry; exit status 1 with one line on stderr when there is nothing to plot."""
-    parser = argparse.ArgumentParser(prog="python -m offpolicy.plot", description=__doc__.splitlines()[0])
+    """CLI entry; one line on stderr and exit status 2 for a bad argument, 1 when there is nothing to plot."""
+    parser = _Parser(prog="python -m offpolicy.plot", description=__doc__.splitlines()[0])
     parser.add_argument("dir", help="a run dir, a multirun (sweep) dir, or any folder holding runs")
     parser.add_argument("--out", default=None, help="PNG path (default: <dir>/<metric>.png)")
     parser.add_argument("--metric", default=None, help=f"metric to plot (default: first of {list(DEFAULT_METRICS)})")
@@ -446,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--center", choices=("median", "mean"), default="median", help="line over seeds")
     parser.add_argument(
         "--targets",
+        type=_target,
         nargs="+",
         default=[],
         metavar="ENV=RETURN",
@@ -453,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--at-seconds",
-        type=float,
+        type=_seconds,
         nargs="+",
         default=None,
         metavar="T",
@@ -461,8 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        targets = {k: float(v) for k, _, v in (t.partition("=") for t in args.targets)}
+        targets = dict(args.targets)
         out, metric = plot(args.dir, args.out, args.metric, args.spread, args.center)
+    except PlotArgumentError as exc:
+        print(f"[offpolicy.plot] invalid arguments: {exc}", file=sys.stderr)
+        return 2
     except PlotError as exc:
         print(f"[offpolicy.plot] {exc}", file=sys.stderr)
         return 1
@@ -483,6 +502,29 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown, end="")
         print(f"[offpolicy.plot] wrote {md_path}")
     return 0
+
+
+def _target(text: str) -> tuple[str, float]:
+    """A --targets value: ENV=RETURN with a finite return."""
+    env, _, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not env or not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"--targets {text}: must be ENV=RETURN, e.g. ant=6000")
+    return env, number
+
+
+def _seconds(text: str) -> float:
+    """An --at-seconds value: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"--at-seconds={text}: must be a number of seconds >= 0")
+    return value
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ to different cores, Python on both sides, 32-env ant slots), medians from
 
     machine                               spin      block (futex)   default mix
     this 2-core AMD EPYC KVM VM (CPU)     5.4 us    123-136 us      6.1-7.2 us
-    GPU host, shared/gpu/README.md*       0.8 us    17 us (semaphores)
+    16-core Intel Xeon host (H200)*       0.8 us    17 us (semaphores)
     (* a C-level probe, not this code; rerun the benchmark there)
 
 A blocking wake-up costs ~20-25 spin round trips here (the VM must interrupt a

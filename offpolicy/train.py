@@ -6,8 +6,9 @@ exit status with a message on stderr:
 
     0    finished
     1    Hydra could not compose the config (its own message)
-    2    invalid affinity: one line naming the bad CPU ids (or, for a local parallel sweep,
-         a CPU plan that does not fit: offpolicy.affinity.plan_job_blocks)
+    2    invalid config: one line naming the key, its value and what is allowed
+         (offpolicy.config), bad CPU ids (offpolicy.affinity), or for a local parallel
+         sweep a CPU plan that does not fit (said once, before any job starts)
     3    the collector failed: raised (its traceback is printed), died (e.g. SIGKILL),
          hung past runtime.collector_timeout_s (its stack is dumped), or could not start
     4    the learner raised (its traceback is printed)
@@ -38,11 +39,19 @@ def main(cfg: DictConfig) -> None:
     """Compose, run, report."""
     from hydra.core.hydra_config import HydraConfig
 
+    from offpolicy.config import ConfigError, validate_train_config
+
+    try:  # before anything starts: no collector, no CPU lease, no W&B run for a config that cannot run
+        validate_train_config(cfg)
+    except ConfigError as exc:
+        print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
     from offpolicy.affinity import AffinityError, confine_job
     from offpolicy.checkpoint import CheckpointError
-    from offpolicy.lifecycle import RunFailure
+    from offpolicy.lifecycle import Interrupted, RunFailure
     from offpolicy.logger import RunContext
-    from offpolicy.runner import ConfigError, Runner
+    from offpolicy.runner import Runner
 
     hydra_cfg = HydraConfig.get()
     context = RunContext.from_hydra(hydra_cfg)
@@ -73,9 +82,9 @@ def main(cfg: DictConfig) -> None:
             print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
             sys.exit(EXIT_CHECKPOINT)
         except RunFailure as failure:
-            report = failure.report()
-            logging.getLogger("offpolicy.train").error(failure.headline())
-            print(report, file=sys.stderr, flush=True)
+            if not isinstance(failure, Interrupted):  # a stop on request is no error: its one line says it all
+                logging.getLogger("offpolicy.train").error(failure.headline())
+            print(failure.report(), file=sys.stderr, flush=True)
             sys.exit(failure.exit_code)
     finally:
         if job_cpus is not None:

@@ -69,8 +69,13 @@ def measure(task: str, num_envs: int, cpus: list[int], steps: int, blocks: int, 
         env.pool = bare_pool
         t0 = time.perf_counter()
         for state0, control, kwargs in recorder.calls:
-            bare_pool.step(state0, nstep=kwargs["nstep"], control=control, return_sensor=True,
-                           post_step_forward_sensor=kwargs["post_step_forward_sensor"])
+            bare_pool.step(
+                state0,
+                nstep=kwargs["nstep"],
+                control=control,
+                return_sensor=True,
+                post_step_forward_sensor=kwargs["post_step_forward_sensor"],
+            )
         block_bare = time.perf_counter() - t0
         np_env_s += block_np_env
         bare_s += block_bare
@@ -111,10 +116,12 @@ def main() -> None:
     for task in args.tasks:
         row = measure(task, args.num_envs, cpus, args.steps, args.blocks)
         rows.append(row)
-        print(f"{task:12s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
-              f"bare={row['bare_pool_steps_per_s']:9.0f}/s overhead={100 * row['overhead']:+.1f}% "
-              f"(block median {100 * row['overhead_block_median']:+.1f}%; reset {100 * row['share_pool_reset']:.1f}%, "
-              f"numpy {100 * row['share_numpy_python']:.1f}% of NpEnv time)")
+        print(
+            f"{task:12s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
+            f"bare={row['bare_pool_steps_per_s']:9.0f}/s overhead={100 * row['overhead']:+.1f}% "
+            f"(block median {100 * row['overhead_block_median']:+.1f}%; reset {100 * row['share_pool_reset']:.1f}%, "
+            f"numpy {100 * row['share_numpy_python']:.1f}% of NpEnv time)"
+        )
     folder = write_results("np_env_overhead", rows, {"args": vars(args), "target": "overhead <= 5%"}, args.out)
     print("wrote", folder)
 

@@ -121,8 +121,16 @@ def _shard_main(index, task, num_envs, cpus, steps, warmup, repeats, seed, barri
             for t in range(steps):
                 env.step(actions[t % n_batches])
             spans.append((t_start, time.monotonic()))
-        results.put({"index": index, "rows": num_envs, "steps": steps, "spans": spans,
-                     "affinity": sorted(os.sched_getaffinity(0)), "workers": list(env.pool.worker_cpu_ids())})
+        results.put(
+            {
+                "index": index,
+                "rows": num_envs,
+                "steps": steps,
+                "spans": spans,
+                "affinity": sorted(os.sched_getaffinity(0)),
+                "workers": list(env.pool.worker_cpu_ids()),
+            }
+        )
     except BaseException:
         barrier.abort()
         results.put({"index": index, "error": traceback.format_exc()})
@@ -167,10 +175,14 @@ def run_shards(
                 reports.append(results.get(timeout=max(0.1, min(1.0, deadline - time.monotonic()))))
             except queue_mod.Empty:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{task} x{total_envs} S={shards}: shards did not report in {timeout:.0f}s") from None
+                    raise TimeoutError(
+                        f"{task} x{total_envs} S={shards}: shards did not report in {timeout:.0f}s"
+                    ) from None
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead and results.empty():
-                    raise RuntimeError(f"{task} x{total_envs} S={shards}: shard exited with code {dead[0].exitcode}") from None
+                    raise RuntimeError(
+                        f"{task} x{total_envs} S={shards}: shard exited with code {dead[0].exitcode}"
+                    ) from None
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -183,8 +195,9 @@ def run_shards(
     reports.sort(key=lambda r: r["index"])
     for r, block in zip(reports, blocks):
         if r["affinity"] != sorted(block) or r["workers"] != list(block):
-            raise RuntimeError(f"shard {r['index']} not pinned to {block}: affinity {r['affinity']}, "
-                               f"pool workers {r['workers']}")
+            raise RuntimeError(
+                f"shard {r['index']} not pinned to {block}: affinity {r['affinity']}, pool workers {r['workers']}"
+            )
     work = sum(r["rows"] * r["steps"] for r in reports)
     per_repeat, walls, skews = [], [], []
     for k in range(repeats):
@@ -200,7 +213,9 @@ def run_shards(
         "task": task,
         "total_envs": total_envs,
         "shards": shards,
-        "cpus_per_shard": len(blocks[0]) if len({len(b) for b in blocks}) == 1 else "|".join(str(len(b)) for b in blocks),
+        "cpus_per_shard": len(blocks[0])
+        if len({len(b) for b in blocks}) == 1
+        else "|".join(str(len(b)) for b in blocks),
         "envs_per_shard": env_counts[0] if len(set(env_counts)) == 1 else "|".join(map(str, env_counts)),
         "cpu_blocks": " ".join(_block_text(b) for b in blocks),
         "steps": steps,
@@ -248,8 +263,11 @@ def run(
                 row = run_shards(task, n, cpus, s, steps, warmup, repeats, seed)
                 rows.append(row)
                 if verbose:
-                    print(f"  {task:10s} envs={n:6d} S={s:3d} {row['env_steps_per_s']:10.0f} env-steps/s "
-                          f"wall={row['wall_s']:.2f}s skew={1e3 * row['start_skew_s']:.1f}ms", flush=True)
+                    print(
+                        f"  {task:10s} envs={n:6d} S={s:3d} {row['env_steps_per_s']:10.0f} env-steps/s "
+                        f"wall={row['wall_s']:.2f}s skew={1e3 * row['start_skew_s']:.1f}ms",
+                        flush=True,
+                    )
     add_speedups(rows)
     meta = {
         "args": args or {},
@@ -269,8 +287,10 @@ def format_table(rows: list[dict]) -> str:
     lines = [f"{'task':10s} {'envs':>6s} {'S':>3s} {'cpu/S':>5s} {'env-steps/s':>12s} {'speedup':>8s} {'wall_s':>7s}"]
     for r in rows:
         sp = "-" if r["speedup_vs_s1"] is None else f"{r['speedup_vs_s1']:.2f}x"
-        lines.append(f"{r['task']:10s} {r['total_envs']:6d} {r['shards']:3d} {str(r['cpus_per_shard']):>5s} "
-                     f"{r['env_steps_per_s']:12.0f} {sp:>8s} {r['wall_s']:7.2f}")
+        lines.append(
+            f"{r['task']:10s} {r['total_envs']:6d} {r['shards']:3d} {str(r['cpus_per_shard']):>5s} "
+            f"{r['env_steps_per_s']:12.0f} {sp:>8s} {r['wall_s']:7.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -289,8 +309,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cpus = parse_cpus(args.cpus)
     out = args.out or OUTPUTS / NAME / (args.tag or f"{os.cpu_count()}core")
-    rows, folder = run(args.tasks, args.num_envs, cpus, args.shards, args.steps, args.warmup, args.repeats,
-                       args.seed, out, vars(args))
+    rows, folder = run(
+        args.tasks, args.num_envs, cpus, args.shards, args.steps, args.warmup, args.repeats, args.seed, out, vars(args)
+    )
     print("wrote", folder)
     print(format_table(rows))
 

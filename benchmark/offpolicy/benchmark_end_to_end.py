@@ -63,7 +63,10 @@ def steady_window(intervals: list[dict], fraction: float) -> tuple[list[dict], f
 
 
 def _phase_durations(window: list[dict]) -> dict[str, list[float]]:
-    return {p: [iv["end"] - iv["start"] for iv in window if iv["phase"] == p] for p in ("wait", "inference", "ingest", "update")}
+    return {
+        p: [iv["end"] - iv["start"] for iv in window if iv["phase"] == p]
+        for p in ("wait", "inference", "ingest", "update")
+    }
 
 
 def analyse(trace: Path, num_envs: int, fraction: float) -> dict:
@@ -180,13 +183,20 @@ def main(argv: list[str] | None = None) -> int:
                     kept_trace = True
                 replayed = replay_run(Path(tmp))
                 collector = collector_serial(load_intervals(trace, "collector")) or {}
-            row = {"task": task, "run": name, **stats, "updates": summary["updates"],
-                   "policy_version": summary["policy_version"], "whole_run_env_steps_per_s": summary["env_steps_per_s"],
-                   "graph_errors": summary.get("graph_errors", {}), **replayed,
-                   "ratio_to_replayed_bare": replayed["env_steps_per_s"] / replayed["replayed_bare_env_steps_per_s"],
-                   "uniform_action_bare_env_steps_per_s": bare,
-                   "collector_outside_physics_fraction": collector.get("outside_physics_fraction"),
-                   "collector_outside_physics_us_median": collector.get("outside_physics_us_median")}
+            row = {
+                "task": task,
+                "run": name,
+                **stats,
+                "updates": summary["updates"],
+                "policy_version": summary["policy_version"],
+                "whole_run_env_steps_per_s": summary["env_steps_per_s"],
+                "graph_errors": summary.get("graph_errors", {}),
+                **replayed,
+                "ratio_to_replayed_bare": replayed["env_steps_per_s"] / replayed["replayed_bare_env_steps_per_s"],
+                "uniform_action_bare_env_steps_per_s": bare,
+                "collector_outside_physics_fraction": collector.get("outside_physics_fraction"),
+                "collector_outside_physics_us_median": collector.get("outside_physics_us_median"),
+            }
             if replayed["replay_obs_max_abs_diff"] != 0.0 or not replayed["replay_states_agree"]:
                 print(f"   WARNING: the replay did not reproduce the run: {replayed}", flush=True)
             if name == "ceiling":
@@ -208,8 +218,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             if row["graph_errors"]:
                 print(f"   graph capture fell back to eager: {row['graph_errors']}", flush=True)
-    meta = {"num_envs": num_envs, "ticks": ticks, "learner_cpus": learner, "collector_cpus": collector,
-            "steady_fraction": args.steady_fraction, "quick": args.quick}
+    meta = {
+        "num_envs": num_envs,
+        "ticks": ticks,
+        "learner_cpus": learner,
+        "collector_cpus": collector,
+        "steady_fraction": args.steady_fraction,
+        "quick": args.quick,
+    }
     folder = write_results("end_to_end", rows, meta, out)
     print(f"results: {folder}")
     return 0

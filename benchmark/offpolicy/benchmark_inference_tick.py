@@ -139,7 +139,10 @@ def main(argv=None) -> int:
         for gap_ms in args.idle_gaps_ms:
             r = timed(lambda: learner_like(True), args.ticks, warmup=5, gap_s=gap_ms / 1e3)
             rows.append({"variant": f"shm_slots+eval after {gap_ms:g} ms idle", "gap_ms": gap_ms, **r})
-            print(f"after {gap_ms:5.1f} ms idle     median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
+            print(
+                f"after {gap_ms:5.1f} ms idle     median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us",
+                flush=True,
+            )
 
         def queued_behind_work():
             for _ in range(8):  # ~ an update phase's worth of queued kernels still running

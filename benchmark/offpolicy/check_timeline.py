@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     for track in ("device", "host"):
         if track in report:
             r = report[track]
-            print(f"{track:6s}: {r['inference_intervals']} inference, {r['update_intervals']} update intervals, "
-                  f"{r['overlaps']} overlaps, {r['alternation_breaks']} alternation breaks -> {'PASS' if r['passed'] else 'FAIL'}")
+            print(
+                f"{track:6s}: {r['inference_intervals']} inference, {r['update_intervals']} update intervals, "
+                f"{r['overlaps']} overlaps, {r['alternation_breaks']} alternation breaks -> {'PASS' if r['passed'] else 'FAIL'}"
+            )
     if collector is not None:
         print(
             f"collector: {collector['outside_physics_us_median']:.0f} us outside physics per tick (median), "

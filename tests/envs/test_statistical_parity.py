@@ -77,7 +77,9 @@ def _ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
 
 def _assert_means_close(a: np.ndarray, b: np.ndarray, what: str, floor: float = 0.0):
     se = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)) if len(a) > 1 else 0.0
-    assert abs(a.mean() - b.mean()) <= 4 * se + floor, f"{what}: ours {a.mean():.4f} vs gymnasium {b.mean():.4f} (se {se:.4f})"
+    assert abs(a.mean() - b.mean()) <= 4 * se + floor, (
+        f"{what}: ours {a.mean():.4f} vs gymnasium {b.mean():.4f} (se {se:.4f})"
+    )
 
 
 @pytest.mark.parametrize("name", list(EPISODES))

@@ -32,7 +32,12 @@ BASE_CFG: dict[str, Any] = {
     # no evaluation unless a test asks: the fake env records what the collector's env produced, and
     # the final snapshot's own env would record over it
     "eval": {"num_envs": 0, "final": False},
-    "runtime": {"trace": False, "collector_timeout_s": 30.0, "env_factory": "fake_env:make"},
+    "runtime": {
+        "trace": False,
+        "collector_timeout_s": 30.0,
+        "env_factory": "fake_env:make",
+        "algorithm_factory": "standin:make_standin",
+    },
 }
 
 
@@ -52,13 +57,24 @@ def make_cfg(**overrides: Any):
 
 
 STANDIN_CLI = ["algo=standin", f"hydra.searchpath=[file://{HERE / 'conf'}]"]
-"""CLI overrides for the tiny stand-in algorithm of tests/runtime/conf (learns, but in milliseconds)"""
+"""CLI overrides for the tiny stand-in algorithm of tests/runtime/conf (learns, but in milliseconds);
+the run needs `cli_env()` to import it"""
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """This environment with tests/runtime on PYTHONPATH: a CLI run can import the stand-in and the fake env."""
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def train_cli(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`python -m offpolicy.train <overrides> hydra.run.dir=<run_dir>` from the repo root, output captured."""
+    """`python -m offpolicy.train <overrides> hydra.run.dir=<run_dir>`, output captured.
+
+    It runs in `run_dir`'s parent, so files a library drops into the working directory
+    (MuJoCo's MUJOCO_LOG.TXT) never land in the repository.
+    """
     cmd = [sys.executable, "-m", "offpolicy.train", *overrides, f"hydra.run.dir={run_dir}"]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=run_dir.parent, env=cli_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def run_in_process(cfg, run_dir: Path, algorithm_factory=None):

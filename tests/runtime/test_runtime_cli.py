@@ -68,7 +68,7 @@ def test_budget_preset_is_wall_clock_only(tmp_path):
 def test_no_budget_at_all_is_a_config_error(tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["env=ant", "train.total_env_steps=null"])
-    with pytest.raises(ConfigError, match=r"train.total_env_steps=null needs a wall-clock budget"):
+    with pytest.raises(ConfigError, match=r"^train.total_env_steps=null: needs a wall-clock budget"):
         Runner(cfg, tmp_path)
 
 
@@ -104,5 +104,6 @@ def test_no_budget_at_all_from_the_cli_is_one_line(tmp_path):
     proc = train_cli(tmp_path, "train.total_env_steps=null", "logger=none", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "[offpolicy] invalid config: train.total_env_steps=null needs a wall-clock budget: set train.max_seconds"
+        "[offpolicy] invalid config: train.total_env_steps=null: needs a wall-clock budget: "
+        "set train.max_seconds (seconds > 0) or a step budget > 0"
     ]

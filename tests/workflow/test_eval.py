@@ -65,8 +65,9 @@ class CountingAlgorithm:
 
 
 def test_eval_rows_get_the_snapshot_mean_action_and_never_reach_replay(tmp_path):
+    from standin import make_standin
+
     from offpolicy.runner import Runner
-    from offpolicy.standin import make_standin
 
     record = tmp_path / "env_record.npz"
     train_rows, eval_rows, ticks = 4, 2, 30
@@ -209,7 +210,7 @@ def test_reference_gymnasium_rescores_in_gymnasiums_own_env_with_and_without_our
 def test_evaluate_refuses_another_env_in_one_line(tmp_path):
     path = hopper_checkpoint(tmp_path / "hopper.pt")
     cmd = [sys.executable, "-m", "offpolicy.eval", f"checkpoint={path}", "env=ant", f"hydra.run.dir={tmp_path / 'o'}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 5, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [
@@ -218,30 +219,17 @@ def test_evaluate_refuses_another_env_in_one_line(tmp_path):
     ], proc.stderr
 
 
-def _gl_backend_problem() -> str | None:
-    """None when an offscreen MuJoCo context can be made here with the backend the eval CLI picks."""
-    backend = os.environ.get("MUJOCO_GL") or ("egl" if torch.cuda.is_available() else "osmesa")
-    probe = (
-        "import mujoco; m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size=\".1\"/></worldbody></mujoco>');"
-        "r = mujoco.Renderer(m, 16, 16); r.update_scene(mujoco.MjData(m)); r.render(); r.close()"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={**os.environ, "MUJOCO_GL": backend},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if proc.returncode == 0:
-        return None
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return f"no offscreen GL backend (MUJOCO_GL={backend}): {last}; install libosmesa6 (CPU) or use EGL (GPU)"
-
-
 def test_eval_cli_renders_an_mp4_of_the_first_episode(tmp_path):
-    problem = _gl_backend_problem()
+    from offpolicy.eval import choose_gl_backend
+
+    saved = os.environ.get("MUJOCO_GL")
+    try:
+        backend, problem = choose_gl_backend(torch.cuda.is_available())  # what the CLI will pick
+    finally:  # the CLI makes that choice itself: other tests' subprocesses must not inherit it
+        if saved is None:
+            os.environ.pop("MUJOCO_GL", None)
     if problem:
-        pytest.skip(problem)
+        pytest.skip(f"no offscreen GL backend (MUJOCO_GL={backend}: {problem}): install libosmesa6 or use EGL")
     import imageio.v2 as imageio
 
     path = hopper_checkpoint(tmp_path / "hopper.pt")
@@ -264,7 +252,7 @@ def test_eval_cli_renders_an_mp4_of_the_first_episode(tmp_path):
         f"hydra.run.dir={out}",
     ]
     env = {**os.environ, "WANDB_SILENT": "true"}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180, env=env)
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[offpolicy] eval fastsac on hopper" in proc.stdout
     result = json.loads((video.parent / "eval.json").read_text())  # next to the video

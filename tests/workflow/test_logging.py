@@ -167,12 +167,28 @@ def test_plain_periodic_lines_when_not_a_terminal():
     progress.update(250, 40, now=10.0)
     line = out.getvalue().strip()
     assert line.startswith("[progress] 250/1,000 env steps (25.0%)")
-    assert "25 env-steps/s" in line and "4 updates/s" in line and "eval return 12.35" in line
+    assert "25 env-steps/s" in line and "4.0 updates/s" in line and "eval return 12.35" in line
     assert "ETA 0:00:30" in line  # 750 steps left at 25 steps/s
     progress.update(400, 50, now=12.0)
     progress.close()
     lines = out.getvalue().strip().splitlines()
     assert len(lines) == 2 and lines[-1].startswith("[progress] 400/1,000")
+
+
+def test_eta_comes_from_the_recent_rate_and_slow_updates_keep_a_decimal():
+    """A slow first window (compile warm-up) no longer holds the ETA down for the rest of the run."""
+    out = io.StringIO()
+    progress = Progress(total_env_steps=10_000, interval_s=10.0, stream=out)
+    progress.update(0, 0, now=0.0)
+    progress.update(10, 2, now=10.0)  # warm-up: 1 env-step/s, 0.2 updates/s
+    for k in range(1, 5):
+        progress.update(10 + 1000 * k, 2 + 150 * k, now=10.0 + 10 * k)  # then 100 env-steps/s, 15 updates/s
+    first, *_, last = out.getvalue().strip().splitlines()
+    assert "0.2 updates/s" in first
+    assert last.startswith("[progress] 4,010/10,000 env steps") and "100 env-steps/s | 15 updates/s" in last
+    # recent rate (moving average 1 -> 50.5 -> 75.2 -> 87.6 -> 93.8/s): 5,990 steps in 63 s; the whole run's
+    # average (80/s) said 74 s and the true rate 60 s
+    assert last.endswith("ETA 0:01:03")
 
 
 def test_a_bar_on_a_terminal():
@@ -230,8 +246,12 @@ def test_default_logger_on_a_fresh_machine_goes_offline_into_the_output_dir(tmp_
         and b"hopper-fastsac-seed7" in record
         and info["git_commit"].encode() in record
     )
-    sync_lines = [line for line in proc.stdout.splitlines() if "wandb sync" in line and "offpolicy.logger" in line]
-    assert len(sync_lines) == 1 and str(offline) in sync_lines[0]
+    lines = proc.stdout.splitlines()
+    sync_lines = [i for i, line in enumerate(lines) if "wandb sync" in line and "offpolicy.logger" in line]
+    assert len(sync_lines) == 2 and all(f"`wandb sync {offline}`" in lines[i] for i in sync_lines)
+    last_progress = max(i for i, line in enumerate(lines) if line.startswith("[progress]"))
+    assert sync_lines[0] < last_progress < sync_lines[1]  # a reminder once the run is over, not only at its start
+    assert "W&B run saved offline: upload it with" in lines[sync_lines[1]]
     progress = [line for line in proc.stdout.splitlines() if line.startswith("[progress]")]
     assert progress and progress[-1].startswith("[progress] 200/200 env steps (100.0%)")  # not a tty: plain lines
     columns, rows = read_csv(run_dir / "metrics.csv")

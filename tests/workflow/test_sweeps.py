@@ -152,9 +152,12 @@ def test_joblib_with_too_few_cpus_is_one_clear_line(tmp_path):
     if n_cpus == 1:
         pytest.skip("one CPU: n_jobs=1 needs no plan")
     assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("[offpolicy] invalid config")]
-    assert lines and f"runs {n_cpus} jobs at once" in lines[0] and f"only {n_cpus} are available" in lines[0]
-    assert not list(sweep_dir.glob("*/summary.json"))
+    # once for the sweep (was: once per job), before any job ran: no job dirs, no sweep dir at all
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("[offpolicy] invalid config: hydra/launcher=joblib")
+    assert f"runs {n_cpus} jobs at once" in line and f"only {n_cpus} are available" in line
+    assert line.endswith(f"set hydra.launcher.n_jobs={max(1, n_cpus // 2)}")
+    assert not sweep_dir.exists()
 
 
 def test_submitit_local_sweep(tmp_path):

@@ -4,7 +4,11 @@ It implements exactly the interface of `offpolicy.algorithms.make_algorithm`'s
 products (`actor`, `updates_per_step`, `batch_size`, `explore`, `act`,
 `update_phase`, `state_dict`/`load_state_dict`) with a small deterministic
 policy gradient (DDPG-style, Lillicrap et al. 2016) so the runtime can be
-exercised end to end before the real algorithms land. Not for training runs.
+exercised end to end in milliseconds. Not for training runs.
+
+Tests load it through `runtime.algorithm_factory=standin:make_standin` (set by
+`algo=standin` from tests/runtime/conf, and by runtime_helpers.BASE_CFG), with
+tests/runtime on the import path.
 
 Exploration state lives here, in the learner: a per-env Gaussian noise scale
 drawn from the algorithm's own generator and redrawn for every env whose
