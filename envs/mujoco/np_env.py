@@ -4,7 +4,9 @@ Hot path per `step`: one pool call (all envs, `frame_skip` substeps, sensors
 returned), vectorised numpy for observation/reward/termination, and one batched
 reset of every env that finished, failed or hit the time limit (a write of the
 new state rows; the pool's sparse `reset` where the task needs sensors at the
-new state). No Python loop over envs anywhere.
+new state). No Python loop over envs anywhere. Tasks with dm_control's sensor
+timing (`acc_sensors_from_last_substep`) add one pool `forward` without
+constraints, which refreshes position/velocity sensors on the final state.
 
 Physics failures are never silent. The pool stops stepping an env after a
 MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
@@ -20,6 +22,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import mujoco
 import numpy as np
 from mujoco_uni.batch_env import BatchEnvPool
 
@@ -61,16 +64,28 @@ class MujocoNpEnv(NpEnv):
         ids, nthread = resolve_cpu_ids(cpu_ids, nthread)
         self.task = task
         self.model = task.build_model()
-        self.pool = BatchEnvPool(self.model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        self.pool_model = task.build_pool_model(self.model)
+        """what the pool clones per env: the same physics as `model`, perhaps without render-only assets"""
+        self.pool = BatchEnvPool(self.pool_model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
         self.num_envs = num_envs
         self.rng = np.random.Generator(np.random.PCG64(seed))
         m = self.model
-        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nq, self.nv, self.nu, self.na = m.nq, m.nv, m.nu, m.na
         self.nstate = self.pool.nstate
         self.frame_skip = task.frame_skip
         self.dt = float(m.opt.timestep * task.frame_skip)
+        # the pool's state rows are mj_getState(mjSTATE_FULLPHYSICS): time, qpos, qvel, act, ...
         self._qpos_slice = slice(1, 1 + self.nq)
         self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
+        self._act_slice = slice(1 + self.nq + self.nv, 1 + self.nq + self.nv + self.na)
+        self._stepped_sensor_cols: np.ndarray | None = None
+        if task.fresh_sensors and task.acc_sensors_from_last_substep:
+            stage = np.repeat(m.sensor_needstage, m.sensor_dim)
+            self._stepped_sensor_cols = np.flatnonzero(stage == mujoco.mjtStage.mjSTAGE_ACC)
+        # Flags are switched on the pool's own models between calls (their workers are idle then).
+        switches_flags = task.fresh_sensors and (task.acc_sensors_from_last_substep or task.reset_without_actuation)
+        self._pool_opts = [pm.opt for pm in self.pool.get_all_models()] if switches_flags else []
+        self._base_disableflags = int(self.pool_model.opt.disableflags)
         self._state = np.zeros((num_envs, self.nstate))
         self._ones_state = np.ones(self.nstate)
         self._sensordata = np.zeros((num_envs, m.nsensordata))
@@ -92,6 +107,7 @@ class MujocoNpEnv(NpEnv):
             gymnasium_id=task.gymnasium_id,
             gymnasium_kwargs=task.gymnasium_kwargs(),
             reward_range=task.reward_range,
+            dm_control_id=task.dm_control_id,
         )
 
     # --- helpers ---------------------------------------------------------------
@@ -106,13 +122,30 @@ class MujocoNpEnv(NpEnv):
             qvel=state[:, self._qvel_slice],
             qpos_qvel=state[:, 1 : 1 + self.nq + self.nv],
             sensordata=sensordata,
+            act=state[:, self._act_slice],
         )
 
-    def _states_from(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+    def states_from(self, qpos: np.ndarray, qvel: np.ndarray, act: np.ndarray | None = None) -> np.ndarray:
+        """Full physics state rows at time 0 from (qpos, qvel[, act]) rows (cold path: resets, tests)."""
         states = np.zeros((qpos.shape[0], self.nstate))
         states[:, self._qpos_slice] = qpos
         states[:, self._qvel_slice] = qvel
+        if act is not None:
+            states[:, self._act_slice] = act
         return states
+
+    def _forward_with_flags(self, disable: int, env_ids: np.ndarray | None, states: np.ndarray):
+        """Pool `reset` of `env_ids` (or `forward` of every env) with `disable` flags set on the pool's models."""
+        opts = self._pool_opts if env_ids is None else [self._pool_opts[i] for i in env_ids]
+        for opt in opts:
+            opt.disableflags = self._base_disableflags | disable
+        try:
+            if env_ids is None:
+                return self.pool.forward(states)
+            return self.pool.reset(env_ids, states)
+        finally:
+            for opt in opts:
+                opt.disableflags = self._base_disableflags
 
     def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
         """Batched reset of `env_ids` to `states` (sampled from the task's reset distribution unless given).
@@ -120,14 +153,17 @@ class MujocoNpEnv(NpEnv):
         `pool.step` loads every env's full physics state from the array it is given, so
         a reset is a write of the new rows. Tasks that read sensors (`fresh_sensors`)
         also need those sensors evaluated at the new state: they go through the pool's
-        sparse `reset` (one threaded `mj_forward` per reset env). For the others that
-        forward pass would compute nothing anyone reads, so it is skipped.
+        sparse `reset` (one threaded `mj_forward` per reset env), with actuation disabled
+        where the task says so. For the others that forward pass would compute nothing
+        anyone reads, so it is skipped.
         """
         if states is None:
-            qpos, qvel = self.task.reset_qpos_qvel(self.rng, len(env_ids), self.model.qpos0, self.nv)
-            states = self._states_from(qpos, qvel)
+            states = self.task.initial_states(self, env_ids)
         if self.task.fresh_sensors:
-            states, new_sensor = self.pool.reset(env_ids, states)
+            if self.task.reset_without_actuation:
+                states, new_sensor = self._forward_with_flags(mujoco.mjtDisableBit.mjDSBL_ACTUATION, env_ids, states)
+            else:
+                states, new_sensor = self.pool.reset(env_ids, states)
             self._sensordata[env_ids] = new_sensor
         self._state[env_ids] = states
         self._episode_length[env_ids] = 0
@@ -142,9 +178,9 @@ class MujocoNpEnv(NpEnv):
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
         return self._first_state()
 
-    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
-        """Place every env at the given (qpos, qvel) with time 0 (parity tests use this)."""
-        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self._states_from(qpos, qvel))
+    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray, act: np.ndarray | None = None) -> NpEnvState:
+        """Place every env at the given (qpos, qvel[, act]) with time 0 (parity tests use this)."""
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self.states_from(qpos, qvel, act))
         return self._first_state()
 
     def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
@@ -170,13 +206,22 @@ class MujocoNpEnv(NpEnv):
         prev_obs = self._obs
         progress_before = task.progress(self._view(self._state, self._sensordata))
         prev_time = self._state[:, 0]
-        state, sensordata = self.pool.step(
-            self._state,
-            nstep=self.frame_skip,
-            control=actions,
-            return_sensor=True,
-            post_step_forward_sensor=task.fresh_sensors,
-        )
+        if self._stepped_sensor_cols is None:
+            state, sensordata = self.pool.step(
+                self._state,
+                nstep=self.frame_skip,
+                control=actions,
+                return_sensor=True,
+                post_step_forward_sensor=task.fresh_sensors,
+            )
+        else:
+            # the last substep's sensors (acceleration stage kept), then position/velocity ones on the
+            # final state: a forward pass without constraints computes those exactly and costs far less
+            state, stepped = self.pool.step(
+                self._state, nstep=self.frame_skip, control=actions, return_sensor=True, post_step_forward_sensor=False
+            )
+            sensordata = self._forward_with_flags(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT, None, state)
+            sensordata[:, self._stepped_sensor_cols] = stepped[:, self._stepped_sensor_cols]
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
         # a row sum is non-finite iff some entry is (or the row overflows: a blow-up either way);
@@ -189,7 +234,7 @@ class MujocoNpEnv(NpEnv):
         velocity = (task.progress(view) - progress_before) / self.dt
         healthy = task.is_healthy(view)
         terms = task.reward_terms(view, velocity, actions, healthy)
-        reward = sum(terms.values())
+        reward = task.reward(terms)
         terminated = task.terminated(healthy) & ~failed
         self._episode_length += 1
         truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed
