@@ -5,6 +5,13 @@
   assets left out) has the same physics arrays.
 - Spec: observation width, action bounds, control timestep and episode length
   (counted on dm_control's env) agree.
+- Initial states: our reset's random draws, replayed through dm_control's own
+  `initialize_episode`, give the same state: exactly (1e-12) where the reset is
+  a function of the draws, within 1e-8 for the cheetah, whose reset takes 200
+  physics steps (the solver's warm start, below, could show there; measured
+  below 1e-10). For the
+  humanoid, rows whose first draw we accepted are accepted by dm_control with
+  the same state, rows we drew again are rejected by dm_control too.
 - First observation: from the same initial state, dm_control's observation
   after `reset_context` (mj_forward without actuation) and ours agree.
 - Step parity: from physics states dm_control visits under random actions, ten
@@ -107,6 +114,79 @@ def test_spec_matches_dm_control(name):
     while not ref.step(zero).last():
         steps += 1
     assert env.spec.max_episode_steps == steps + 1 == 1000
+    env.close()
+
+
+class RecordingRng:
+    """Wraps the env's Generator and keeps every array it hands out, in call order."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng, self.draws = rng, []
+
+    def _keep(self, x):
+        self.draws.append(np.asarray(x))
+        return x
+
+    def uniform(self, *args, **kwargs):
+        return self._keep(self.rng.uniform(*args, **kwargs))
+
+    def standard_normal(self, *args, **kwargs):
+        return self._keep(self.rng.standard_normal(*args, **kwargs))
+
+    def random(self, *args, **kwargs):
+        return self._keep(self.rng.random(*args, **kwargs))
+
+
+class ReplayRandomState:
+    """Stands in for dm_control's task RandomState: serves given numbers in order, then its own ones."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values, self.fallback, self.fell_back = list(values), np.random.RandomState(0), False
+
+    def _take(self, shape, draw):
+        count = int(np.prod(shape))
+        if len(self.values) < count:
+            self.fell_back = True
+            return draw()
+        out, self.values = np.array(self.values[:count]), self.values[count:]
+        return out.reshape(shape) if shape else float(out[0])
+
+    def uniform(self, low=0.0, high=1.0):
+        return self._take(np.shape(low), lambda: self.fallback.uniform(low, high))
+
+    def randn(self, *shape):
+        return self._take(shape, lambda: self.fallback.randn(*shape))
+
+    def rand(self, *shape):
+        return self._take(shape, lambda: self.fallback.rand(*shape))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_initial_states_match_dm_control(name):
+    n = 6
+    env = envs.make(name, n, seed=5, nthread=1)
+    recorder = env.rng = RecordingRng(env.rng)
+    env.reset()
+    ours = env._state[:, 1:].copy()
+    rounds = recorder.draws
+    if "humanoid" in name:  # the first round of draws (every row); penetrating rows drew again
+        rounds = rounds[: next(i for i, d in enumerate(rounds) if len(d) != n)]
+        quat = rounds[0] / np.linalg.norm(rounds[0], axis=1, keepdims=True)  # the free joint's, drawn first
+        kept_first = np.all(ours[:, 3:7] == quat, axis=1)
+        assert 0 < kept_first.sum() < n, "the sample should hold accepted and redrawn rows"
+    ref = reference_env(name, seed=0)
+    physics, task = ref.physics, ref.task
+    for k in range(n):
+        task._random = ReplayRandomState(np.concatenate([d[k].ravel() for d in rounds]))
+        with physics.reset_context():
+            task.initialize_episode(physics)
+        if "humanoid" in name and not kept_first[k]:
+            assert task._random.fell_back, f"row {k}: dm_control accepted a pose we rejected"
+            continue
+        assert not task._random.fell_back and not task._random.values, f"row {k}: dm_control drew other numbers"
+        expected = physics.get_state()
+        tol = 1e-8 if name == "dmc_cheetah_run" else 1e-12
+        np.testing.assert_allclose(ours[k, : len(expected)], expected, atol=tol, rtol=0, err_msg=f"row {k}")
     env.close()
 
 
