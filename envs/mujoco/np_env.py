@@ -5,8 +5,9 @@ returned), vectorised numpy for observation/reward/termination, and one batched
 reset of every env that finished, failed or hit the time limit (a write of the
 new state rows; the pool's sparse `reset` where the task needs sensors at the
 new state). No Python loop over envs anywhere. Tasks with dm_control's sensor
-timing (`acc_sensors_from_last_substep`) add one pool `forward` without
-constraints, which refreshes position/velocity sensors on the final state.
+timing (`acc_sensors_from_last_substep`) add one `forward` of a second pool
+whose models have constraints disabled: it refreshes position/velocity sensors
+on the final state at a fraction of a substep's cost.
 
 Physics failures are never silent. The pool stops stepping an env after a
 MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
@@ -18,6 +19,7 @@ was chosen on), they are reset, and `info["physics_failures"]` counts them
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -78,14 +80,19 @@ class MujocoNpEnv(NpEnv):
         self._qpos_slice = slice(1, 1 + self.nq)
         self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
         self._act_slice = slice(1 + self.nq + self.nv, 1 + self.nq + self.nv + self.na)
+        # dm_control's sensor timing: a second pool over the same CPUs (idle workers block, so it costs
+        # nothing between calls) refreshes position/velocity sensors with constraints disabled, and a
+        # third evaluates a new episode's sensors with actuation disabled; the pools' models are never
+        # switched in place
         self._stepped_sensor_cols: np.ndarray | None = None
+        self.sensor_pool: BatchEnvPool | None = None
+        self.reset_pool: BatchEnvPool | None = None
         if task.fresh_sensors and task.acc_sensors_from_last_substep:
             stage = np.repeat(m.sensor_needstage, m.sensor_dim)
             self._stepped_sensor_cols = np.flatnonzero(stage == mujoco.mjtStage.mjSTAGE_ACC)
-        # Flags are switched on the pool's own models between calls (their workers are idle then).
-        switches_flags = task.fresh_sensors and (task.acc_sensors_from_last_substep or task.reset_without_actuation)
-        self._pool_opts = [pm.opt for pm in self.pool.get_all_models()] if switches_flags else []
-        self._base_disableflags = int(self.pool_model.opt.disableflags)
+            self.sensor_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT, ids)
+        if task.fresh_sensors and task.reset_without_actuation:
+            self.reset_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_ACTUATION, ids)
         self._state = np.zeros((num_envs, self.nstate))
         self._ones_state = np.ones(self.nstate)
         self._sensordata = np.zeros((num_envs, m.nsensordata))
@@ -134,18 +141,11 @@ class MujocoNpEnv(NpEnv):
             states[:, self._act_slice] = act
         return states
 
-    def _forward_with_flags(self, disable: int, env_ids: np.ndarray | None, states: np.ndarray):
-        """Pool `reset` of `env_ids` (or `forward` of every env) with `disable` flags set on the pool's models."""
-        opts = self._pool_opts if env_ids is None else [self._pool_opts[i] for i in env_ids]
-        for opt in opts:
-            opt.disableflags = self._base_disableflags | disable
-        try:
-            if env_ids is None:
-                return self.pool.forward(states)
-            return self.pool.reset(env_ids, states)
-        finally:
-            for opt in opts:
-                opt.disableflags = self._base_disableflags
+    def _pool_without(self, feature: mujoco.mjtDisableBit, cpu_ids: list[int] | None) -> BatchEnvPool:
+        """A pool like `self.pool` whose models have `feature` disabled (cold path)."""
+        model = copy.copy(self.pool_model)
+        model.opt.disableflags |= feature
+        return BatchEnvPool(model, nbatch=self.num_envs, nthread=self.pool.nthread, cpu_ids=cpu_ids)
 
     def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
         """Batched reset of `env_ids` to `states` (sampled from the task's reset distribution unless given).
@@ -160,10 +160,7 @@ class MujocoNpEnv(NpEnv):
         if states is None:
             states = self.task.initial_states(self, env_ids)
         if self.task.fresh_sensors:
-            if self.task.reset_without_actuation:
-                states, new_sensor = self._forward_with_flags(mujoco.mjtDisableBit.mjDSBL_ACTUATION, env_ids, states)
-            else:
-                states, new_sensor = self.pool.reset(env_ids, states)
+            states, new_sensor = (self.reset_pool or self.pool).reset(env_ids, states)
             self._sensordata[env_ids] = new_sensor
         self._state[env_ids] = states
         self._episode_length[env_ids] = 0
@@ -220,7 +217,7 @@ class MujocoNpEnv(NpEnv):
             state, stepped = self.pool.step(
                 self._state, nstep=self.frame_skip, control=actions, return_sensor=True, post_step_forward_sensor=False
             )
-            sensordata = self._forward_with_flags(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT, None, state)
+            sensordata = self.sensor_pool.forward(state)
             sensordata[:, self._stepped_sensor_cols] = stepped[:, self._stepped_sensor_cols]
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
@@ -273,6 +270,7 @@ class MujocoNpEnv(NpEnv):
         )
 
     def close(self) -> None:
-        if getattr(self, "pool", None) is not None:
-            self.pool.close()
-            self.pool = None
+        for name in ("pool", "sensor_pool", "reset_pool"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)

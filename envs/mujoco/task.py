@@ -67,11 +67,11 @@ class MujocoTask:
     """Recompute sensors on the final state of a step (one extra mj_forward per env)."""
     acc_sensors_from_last_substep: ClassVar[bool] = False
     """With `fresh_sensors`: only position/velocity sensors are recomputed on the final state (a forward pass
-    without constraints); acceleration-stage sensors (touch, force, accelerometer) keep the values of the last
-    substep, as after dm_control's `Physics.step` (mj_step, then mj_step1)."""
+    with constraints disabled, in a second pool); acceleration-stage sensors (touch, force, accelerometer) keep
+    the values of the last substep, as after dm_control's `Physics.step` (mj_step, then mj_step1)."""
     reset_without_actuation: ClassVar[bool] = False
     """With `fresh_sensors`: evaluate the sensors of a new episode's state with actuation disabled
-    (dm_control's `after_reset`), so acceleration-stage sensors see no actuator forces."""
+    (dm_control's `after_reset`, in a third pool), so acceleration-stage sensors see no actuator forces."""
     defaults: ClassVar[dict[str, Any]] = {}
     """Gymnasium keyword arguments and their values (all tunable through task overrides)."""
     gymnasium_fixed_kwargs: ClassVar[dict[str, Any]] = {}
