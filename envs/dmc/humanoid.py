@@ -76,7 +76,8 @@ class HumanoidWalk(DmcTask):
             redraw = states[pending, 1 : 1 + env.nq]
             randomize_limited_and_rotational_joints(env.model, env.rng, redraw)
             states[pending, 1 : 1 + env.nq] = redraw
-            pending = pending[count_contacts(env, env_ids[pending], states[pending]) > 0]
+            contacts, _ = count_contacts(env, env_ids[pending], states[pending])
+            pending = pending[contacts > 0]
         return states
 
     def observe(self, p: PhysicsView) -> np.ndarray:

@@ -14,9 +14,13 @@ tolerance(velocimeter x, (5, inf), margin 5, linear, 0.5).
 Initial state: a uniformly random orientation (normalised Gaussian quaternion)
 at x = y = 0, other joints at qpos0, at rest; the height is the first of 0,
 0.01, 0.02, ... m (summed as dm_control sums it) at which the body has no
-contact. dm_control reads `data.ncon`; here a contact sensor that matches every
-contact reports the same count, and every height is tried for all pending rows
-at once (one pool `reset`, a threaded mj_forward per row, per 1 cm).
+contact. dm_control reads `data.ncon` at every height in turn; here a contact
+sensor that matches every contact reports the same count and the deepest
+contact's distance, all pending rows are tried at once (one pool `reset`, a
+threaded mj_forward per row), and heights at which the deepest contact must
+still penetrate are skipped: the same first height in 3 rounds instead of ~100
+(1024 resets: 0.2 s on 2 cores against ~4 s, mostly the first round's deeply
+penetrating poses).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from envs.mujoco.task import PhysicsView
 RUN_SPEED = 5.0
 TIME_LIMIT_S = 20.0
 MAX_HEIGHT_ATTEMPTS = 10000
+HEIGHTS = np.cumsum(np.r_[0.0, np.full(MAX_HEIGHT_ATTEMPTS - 1, 0.01)])
+"""the heights dm_control tries, 0 then `+= 0.01` each attempt (cumsum adds in the same order)"""
 
 
 class QuadrupedRun(DmcTask):
@@ -87,16 +93,22 @@ class QuadrupedRun(DmcTask):
         qpos[:, self._root_adr : self._root_adr + 3] = 0.0
         states = env.states_from(qpos, qvel)
         z_col = 1 + self._root_adr + 2
-        z = np.zeros(n)
+        attempt = np.zeros(n, dtype=np.int64)
         pending = np.arange(n)
-        for _ in range(MAX_HEIGHT_ATTEMPTS):
-            states[pending, z_col] = z[pending]
-            touching = count_contacts(env, env_ids[pending], states[pending]) > 0
-            z[pending] += 0.01
+        while pending.size:
+            if attempt[pending].max() >= MAX_HEIGHT_ATTEMPTS:
+                raise RuntimeError(f"no contact-free height for {pending.size} quadruped orientations")
+            z = HEIGHTS[attempt[pending]]
+            states[pending, z_col] = z
+            contacts, deepest = count_contacts(env, env_ids[pending], states[pending])
+            touching = contacts > 0
+            # Raising the body by d raises every floor contact's distance by d (self-contacts never end), so
+            # heights less than the deepest penetration above this one still touch: skip them, keeping
+            # 1 mm to spare for the collision routines' tolerance; the scan goes on 1 cm at a time from there.
+            skip_to = np.searchsorted(HEIGHTS, z[touching] - deepest[touching] - 1e-3)
             pending = pending[touching]
-            if not pending.size:
-                return states
-        raise RuntimeError(f"no contact-free height for {pending.size} quadruped orientations")
+            attempt[pending] = np.maximum(attempt[pending] + 1, skip_to)
+        return states
 
     def observe(self, p: PhysicsView) -> np.ndarray:
         sd = p.sensordata

@@ -38,7 +38,8 @@ FREE, BALL, SLIDE, HINGE = (
     int(mujoco.mjtJoint.mjJNT_HINGE),
 )
 CONTACT_COUNT = "dmc_contact_count"
-"""name of the sensor that counts the contacts of a state (dm_control's `data.ncon`)"""
+"""name of the sensor that counts the contacts of a state (dm_control's `data.ncon`) and gives the deepest one's
+distance"""
 
 
 def sensor_columns(model: mujoco.MjModel, *names: str) -> np.ndarray:
@@ -84,9 +85,10 @@ def add_frame_sensor(spec: mujoco.MjSpec, kind: str, body: str, ref: str | None 
 
 
 def add_contact_counter(spec: mujoco.MjSpec) -> str:
-    """Add a contact sensor that matches every contact and reports how many there are (`ncon`)."""
+    """Add a contact sensor matching every contact: how many there are (`ncon`) and the smallest distance."""
     sensor = spec.add_sensor(name=CONTACT_COUNT, type=mujoco.mjtSensor.mjSENS_CONTACT)
-    sensor.intprm[0] = 1  # data: "found", the number of matching contacts
+    sensor.intprm[0] = 1 | 8  # data: "found" (the number of matching contacts) and "dist"
+    sensor.intprm[1] = 1  # reduce: the contact of minimal distance
     sensor.intprm[2] = 1  # num: one slot
     return CONTACT_COUNT
 
@@ -122,10 +124,13 @@ def randomize_limited_and_rotational_joints(model: mujoco.MjModel, rng: np.rando
             qpos[:, adr + 3 : adr + 7] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
 
 
-def count_contacts(env: Any, env_ids: np.ndarray, states: np.ndarray) -> np.ndarray:
-    """Contacts of each state row (one threaded `mj_forward` per row on the rows `env_ids`, which are resetting)."""
+def count_contacts(env: Any, env_ids: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(number of contacts, smallest contact distance) of each state row.
+
+    One threaded `mj_forward` per row, on the pool rows `env_ids`, which are resetting.
+    """
     _, sensordata = env.pool.reset(env_ids, states)
-    return sensordata[:, env.task.contact_col]
+    return sensordata[:, env.task.contact_col], sensordata[:, env.task.contact_col + 1]
 
 
 def advance_rows(env: Any, env_ids: np.ndarray, states: np.ndarray, nstep: int) -> np.ndarray:

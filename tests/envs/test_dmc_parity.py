@@ -163,7 +163,7 @@ class ReplayRandomState:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_initial_states_match_dm_control(name):
-    n = 6
+    n = 12
     env = envs.make(name, n, seed=5, nthread=1)
     recorder = env.rng = RecordingRng(env.rng)
     env.reset()
