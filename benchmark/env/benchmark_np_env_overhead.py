@@ -44,6 +44,8 @@ SUITES = {
     ],
 }
 OUTPUT_NAMES = {"gymnasium": "np_env_overhead", "dmc": "np_env_overhead_dmc"}
+BLOCKS = {"gymnasium": (50, 8), "dmc": (None, 4)}
+"""default (steps per block, blocks) per suite; None: as many steps as fit in --block-seconds"""
 
 
 POOLS = ("pool", "sensor_pool", "reset_pool")
@@ -182,12 +184,15 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=None, help="registry names (default: the suite's tasks)")
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--cpus", default=None, help="CPU ids for the pool workers, e.g. 2-15 (default: all)")
-    parser.add_argument("--steps", type=int, default=None, help="vector steps per block (default: --block-seconds)")
-    parser.add_argument("--block-seconds", type=float, default=1.0, help="NpEnv time per block without --steps")
-    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=None, help="vector steps per block (gymnasium: 50, dmc: timed)")
+    parser.add_argument("--block-seconds", type=float, default=1.0, help="NpEnv time per timed block")
+    parser.add_argument("--blocks", type=int, default=None, help="alternating blocks (gymnasium: 8, dmc: 4)")
     parser.add_argument("--out", default=None, help="output folder (default: benchmark/outputs/<suite's name>/)")
     args = parser.parse_args()
     tasks = args.tasks or SUITES[args.suite]
+    default_steps, default_blocks = BLOCKS[args.suite]
+    steps = args.steps if args.steps is not None else default_steps
+    blocks = args.blocks if args.blocks is not None else default_blocks
     unknown = sorted(set(tasks) - set(envs.registry_names()))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; valid: {', '.join(envs.registry_names())}")
@@ -196,7 +201,7 @@ def main() -> None:
     os.sched_setaffinity(0, cpus)
     rows = []
     for task in tasks:
-        row = measure(task, args.num_envs, cpus, args.steps, args.blocks, args.block_seconds)
+        row = measure(task, args.num_envs, cpus, steps, blocks, args.block_seconds)
         rows.append(row)
         print(
             f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
