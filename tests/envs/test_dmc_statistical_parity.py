@@ -25,6 +25,9 @@ import pytest
 import envs
 from envs.dmc import TASKS, reference_env
 
+# importing dm_control probes for a display (its viewer), which a headless machine lacks
+pytestmark = pytest.mark.filterwarnings("ignore:.*DISPLAY environment variable is missing")
+
 K = 4.5
 STEPS = 30
 FLOAT32 = 1e-6
