@@ -16,8 +16,9 @@ Initial state: `randomize_limited_and_rotational_joints` (every joint is
 limited except the free root, whose orientation comes from uniform [0, 1)
 components), drawn again until the pose has no contact. dm_control reads
 `data.ncon`; a contact sensor matching every contact gives the same count, and
-all rows still penetrating are drawn again together (one pool `reset` per round;
-a few rounds, as most draws are contact-free).
+all rows still penetrating are drawn again together (one pool `reset`, a
+threaded mj_forward per row, per round). About a quarter of the draws
+penetrate: 512 resets take 6 rounds, 0.05 s on 2 cores.
 """
 
 from __future__ import annotations
