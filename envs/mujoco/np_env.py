@@ -160,7 +160,8 @@ class MujocoNpEnv(NpEnv):
         if states is None:
             states = self.task.initial_states(self, env_ids)
         if self.task.fresh_sensors:
-            states, new_sensor = (self.reset_pool or self.pool).reset(env_ids, states)
+            pool = self.pool if self.reset_pool is None else self.reset_pool
+            states, new_sensor = pool.reset(env_ids, states)
             self._sensordata[env_ids] = new_sensor
         self._state[env_ids] = states
         self._episode_length[env_ids] = 0
