@@ -30,7 +30,7 @@ import mujoco
 import numpy as np
 
 from envs.dmc.rewards import tolerance
-from envs.dmc.task import HINGE, DmcTask, add_frame_sensor, sensor_columns
+from envs.dmc.task import HINGE, DmcTask, add_frame_sensor, as_index, sensor_columns
 from envs.mujoco.task import PhysicsView
 
 TIME_LIMIT_S = 15.0
@@ -66,18 +66,20 @@ class DogTrot(DmcTask):
     def bind(self, model: mujoco.MjModel) -> None:
         super().bind(model)
         hinges = model.jnt_type == HINGE
-        self._hinge_qpos = model.jnt_qposadr[hinges]
-        self._hinge_qvel = model.jnt_dofadr[hinges]
+        self._hinge_qpos = as_index(model.jnt_qposadr[hinges])
+        self._hinge_qvel = as_index(model.jnt_dofadr[hinges])
         self._height_cols = np.array([sensor_columns(model, f"dmc_pos_{b}")[2] for b in ("torso", "pelvis")])
         # xmat[body, ['zx', 'zy', 'zz']]: z components of the body's x, y and z axes
         self._z_projection_cols = np.array(
             [sensor_columns(model, f"dmc_{axis}_{b}")[2] for b in FRAMES for axis in ("xaxis", "yaxis", "zaxis")]
         )
-        self._torso_axes_cols = [sensor_columns(model, f"dmc_{axis}_torso") for axis in ("xaxis", "yaxis", "zaxis")]
-        self._com_velocity_cols = sensor_columns(model, "torso_linvel")
-        self._inertial_cols = sensor_columns(model, "accelerometer", "velocimeter", "gyro")
-        self._foot_force_cols = sensor_columns(model, "foot_L", "foot_R", "hand_L", "hand_R")
-        self._touch_cols = sensor_columns(model, "palm_L", "palm_R", "sole_L", "sole_R")
+        self._torso_axes_cols = [
+            as_index(sensor_columns(model, f"dmc_{axis}_torso")) for axis in ("xaxis", "yaxis", "zaxis")
+        ]
+        self._com_velocity_cols = as_index(sensor_columns(model, "torso_linvel"))
+        self._inertial_cols = as_index(sensor_columns(model, "accelerometer", "velocimeter", "gyro"))
+        self._foot_force_cols = as_index(sensor_columns(model, "foot_L", "foot_R", "hand_L", "hand_R"))
+        self._touch_cols = as_index(sensor_columns(model, "palm_L", "palm_R", "sole_L", "sole_R"))
         self._root_adr = int(model.joint("root").qposadr[0])
         self._ctrl_range = model.actuator_ctrlrange.T.copy()
         # Stand.initialize_episode measures these in the default pose after physics.reset()

@@ -15,7 +15,13 @@ import mujoco
 import numpy as np
 
 from envs.dmc.rewards import tolerance
-from envs.dmc.task import DmcTask, add_frame_sensor, randomize_limited_and_rotational_joints, sensor_columns
+from envs.dmc.task import (
+    DmcTask,
+    add_frame_sensor,
+    as_index,
+    randomize_limited_and_rotational_joints,
+    sensor_columns,
+)
 from envs.mujoco.task import PhysicsView
 
 STAND_HEIGHT = 0.6
@@ -36,7 +42,7 @@ class HopperHop(DmcTask):
 
     def bind(self, model: mujoco.MjModel) -> None:
         super().bind(model)
-        self._touch_cols = sensor_columns(model, "touch_toe", "touch_heel")
+        self._touch_cols = as_index(sensor_columns(model, "touch_toe", "touch_heel"))
         self._torso_z = int(sensor_columns(model, "dmc_pos_torso_inertial")[2])
         self._foot_z = int(sensor_columns(model, "dmc_pos_foot_inertial")[2])
         self._speed_col = int(sensor_columns(model, "torso_subtreelinvel")[0])

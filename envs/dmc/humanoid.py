@@ -31,6 +31,7 @@ from envs.dmc.task import (
     DmcTask,
     add_contact_counter,
     add_frame_sensor,
+    as_index,
     count_contacts,
     randomize_limited_and_rotational_joints,
     sensor_columns,
@@ -61,12 +62,12 @@ class HumanoidWalk(DmcTask):
     def bind(self, model: mujoco.MjModel) -> None:
         super().bind(model)
         self._head_z = sensor_columns(model, "dmc_pos_head")[2:3]
-        self._extremity_cols = sensor_columns(model, *(f"dmc_pos_{limb}_in_torso" for limb in EXTREMITIES))
+        self._extremity_cols = as_index(sensor_columns(model, *(f"dmc_pos_{limb}_in_torso" for limb in EXTREMITIES)))
         # xmat['torso', ['zx', 'zy', 'zz']]: z components of the torso's x, y and z axes
         self._vertical_cols = np.array(
             [sensor_columns(model, f"dmc_{axis}_torso")[2] for axis in ("xaxis", "yaxis", "zaxis")]
         )
-        self._com_velocity_cols = sensor_columns(model, "torso_subtreelinvel")
+        self._com_velocity_cols = as_index(sensor_columns(model, "torso_subtreelinvel"))
 
     def initial_states(self, env, env_ids):
         n = len(env_ids)

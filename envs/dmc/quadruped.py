@@ -34,6 +34,7 @@ from envs.dmc.task import (
     DmcTask,
     add_contact_counter,
     add_frame_sensor,
+    as_index,
     count_contacts,
     sensor_columns,
     sensor_names_of_types,
@@ -73,13 +74,17 @@ class QuadrupedRun(DmcTask):
     def bind(self, model: mujoco.MjModel) -> None:
         super().bind(model)
         hinges = model.jnt_type == HINGE
-        self._hinge_qpos = model.jnt_qposadr[hinges]
-        self._hinge_qvel = model.jnt_dofadr[hinges]
-        self._velocimeter_cols = sensor_columns(model, "velocimeter")
-        self._upright_cols = sensor_columns(model, "dmc_zaxis_torso")[2:3]
+        self._hinge_qpos = as_index(model.jnt_qposadr[hinges])
+        self._hinge_qvel = as_index(model.jnt_dofadr[hinges])
+        self._velocimeter_cols = as_index(sensor_columns(model, "velocimeter"))
+        self._speed_col = int(sensor_columns(model, "velocimeter")[0])
+        self._upright_cols = as_index(sensor_columns(model, "dmc_zaxis_torso")[2:3])
+        self._upright_col = int(sensor_columns(model, "dmc_zaxis_torso")[2])
         S = mujoco.mjtSensor
-        self._imu_cols = sensor_columns(model, *sensor_names_of_types(model, S.mjSENS_GYRO, S.mjSENS_ACCELEROMETER))
-        self._force_torque_cols = sensor_columns(model, *sensor_names_of_types(model, S.mjSENS_FORCE, S.mjSENS_TORQUE))
+        imu = sensor_names_of_types(model, S.mjSENS_GYRO, S.mjSENS_ACCELEROMETER)
+        self._imu_cols = as_index(sensor_columns(model, *imu))
+        force_torque = sensor_names_of_types(model, S.mjSENS_FORCE, S.mjSENS_TORQUE)
+        self._force_torque_cols = as_index(sensor_columns(model, *force_torque))
         root = model.joint("root")
         self._root_adr = int(root.qposadr[0])
 
@@ -128,8 +133,8 @@ class QuadrupedRun(DmcTask):
 
     def reward_factors(self, p, action):
         sd = p.sensordata
-        upright = sd[:, self._upright_cols[0]]
-        speed = sd[:, self._velocimeter_cols[0]]
+        upright = sd[:, self._upright_col]
+        speed = sd[:, self._speed_col]
         return {
             "upright": tolerance(upright, (1.0, float("inf")), 2.0, "linear", 0.0),
             "move": tolerance(speed, (self.desired_speed, float("inf")), self.desired_speed, "linear", 0.5),

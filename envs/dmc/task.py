@@ -52,6 +52,14 @@ def sensor_columns(model: mujoco.MjModel, *names: str) -> np.ndarray:
     return np.concatenate(cols)
 
 
+def as_index(columns: np.ndarray) -> np.ndarray | slice:
+    """`columns` as a slice where they are consecutive: a view instead of a gather on the hot path."""
+    columns = np.asarray(columns)
+    if columns.size and np.array_equal(columns, np.arange(columns[0], columns[0] + columns.size)):
+        return slice(int(columns[0]), int(columns[0]) + columns.size)
+    return columns
+
+
 def sensor_names_of_types(model: mujoco.MjModel, *types: mujoco.mjtSensor) -> list[str]:
     """Names of the sensors of the given types in id order (dm_control's `_get_sensor_names`)."""
     ids = np.flatnonzero(np.isin(model.sensor_type, [int(t) for t in types]))
