@@ -41,6 +41,8 @@ class EnvSpec:
     """keyword options passed to Gymnasium that this task matches"""
     reward_range: tuple[float, float] | None = None
     """bounds (low, high) of one step's reward where the task has them (value supports are sized from it)"""
+    dm_control_id: str = ""
+    """the DeepMind Control Suite `domain-task` whose semantics this task reproduces (`envs.dmc.reference_env`)"""
 
 
 @dataclass

@@ -8,11 +8,17 @@ from typing import Any
 from envs.core import NpEnv
 
 
-def registry_names() -> list[str]:
-    """Names `make` accepts."""
+def _tasks() -> dict:
+    """Every task by registry name: Gymnasium's MuJoCo tasks and the DeepMind Control Suite's."""
+    from envs.dmc import TASKS as DMC_TASKS
     from envs.tasks import TASKS
 
-    return sorted(TASKS)
+    return {**TASKS, **DMC_TASKS}
+
+
+def registry_names() -> list[str]:
+    """Names `make` accepts."""
+    return sorted(_tasks())
 
 
 def make(
@@ -25,9 +31,9 @@ def make(
 ) -> NpEnv:
     """Build the batched env `name` with `num_envs` rows; CPU affinity is fixed here (cold path)."""
     from envs.mujoco.np_env import MujocoNpEnv
-    from envs.tasks import TASKS
 
-    if name not in TASKS:
-        raise ValueError(f"unknown env {name!r}; valid names: {', '.join(sorted(TASKS))}")
-    task = TASKS[name](**task_overrides)
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown env {name!r}; valid names: {', '.join(sorted(tasks))}")
+    task = tasks[name](**task_overrides)
     return MujocoNpEnv(task, num_envs=num_envs, seed=seed, nthread=nthread, cpu_ids=cpu_ids)

@@ -1,12 +1,22 @@
-"""NpEnv.step against bare BatchEnvPool.step on the same cores, model and inputs.
+"""NpEnv.step against bare BatchEnvPool calls on the same cores, model and inputs.
 
-NpEnv.step = one pool call + observation, reward terms, termination, episode
-counters and the batched sparse reset of finished envs. The bare side replays
-exactly the states and controls that NpEnv passed to the pool (recorded while
-it ran), so both do the same physics and the ratio isolates NpEnv's own work.
-Blocks of the two alternate to cancel drift (thermal, other load).
+NpEnv.step = one pool call (plus, for the DeepMind Control Suite tasks, one
+constraint-free `forward` refreshing position/velocity sensors) + observation,
+reward terms, termination, episode counters and the batched sparse reset of
+finished envs. The bare side replays exactly the pool calls NpEnv made
+(recorded while it ran: states and controls, on whichever of its pools),
+timing only the pool calls, so both do the same physics and the ratio isolates
+NpEnv's own work. Blocks of the two alternate to cancel drift (thermal, other
+load). Each task row also gives the physics time of one vector step and of one
+full reset of every env (what each episode boundary costs: DMC episodes all end
+together, at step 1000).
 
     python -m benchmark.env.benchmark_np_env_overhead --tasks ant humanoid hopper --num-envs 1024 --cpus 2-15
+    python -m benchmark.env.benchmark_np_env_overhead --suite dmc --num-envs 1024 --cpus 2-15
+
+Without `--steps`, each block runs as many vector steps as fit in
+`--block-seconds` (from the warm-up's step time), so slow tasks (the dog) and
+fast ones (the cheetah) take about the same wall-clock time.
 """
 
 from __future__ import annotations
@@ -20,109 +30,189 @@ import numpy as np
 import envs
 from benchmark.machine import parse_cpus, write_results
 
+SUITES = {
+    "gymnasium": ["ant", "humanoid", "hopper"],
+    "dmc": [
+        "dmc_cheetah_run",
+        "dmc_walker_run",
+        "dmc_hopper_hop",
+        "dmc_quadruped_run",
+        "dmc_humanoid_walk",
+        "dmc_humanoid_run",
+        "dmc_dog_trot",
+        "dmc_dog_run",
+    ],
+}
+OUTPUT_NAMES = {"gymnasium": "np_env_overhead", "dmc": "np_env_overhead_dmc"}
+BLOCKS = {"gymnasium": (50, 8), "dmc": (None, 4)}
+"""default (steps per block, blocks) per suite; None: as many steps as fit in --block-seconds"""
+
+
+POOLS = ("pool", "sensor_pool", "reset_pool")
+"""the env's pools: physics, and for DMC tasks the sensor refresh and the reset sensors"""
+
 
 class RecordingPool:
-    """Wraps the env's pool: forwards every call, keeps the inputs of `step`, times step and reset."""
+    """Wraps one of the env's pools: forwards every call, keeps the inputs of `step`/`forward`, times each kind."""
 
-    def __init__(self, pool):
+    def __init__(self, pool, calls: list, times: dict):
         self.pool = pool
-        self.calls: list[tuple[np.ndarray, np.ndarray, dict]] = []
-        self.step_s = 0.0
-        self.reset_s = 0.0
+        self.calls = calls
+        self.times = times
+
+    def _timed(self, kind: str, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        self.times[kind] = self.times.get(kind, 0.0) + time.perf_counter() - t0
+        return out
 
     def step(self, state, **kwargs):
-        self.calls.append((np.array(state), np.array(kwargs["control"]), kwargs))
-        t0 = time.perf_counter()
-        out = self.pool.step(state, **kwargs)
-        self.step_s += time.perf_counter() - t0
-        return out
+        self.calls.append((self.pool, "step", np.array(state), {**kwargs, "control": np.array(kwargs["control"])}))
+        return self._timed("step", self.pool.step, state, **kwargs)
+
+    def forward(self, state, **kwargs):
+        self.calls.append((self.pool, "forward", np.array(state), dict(kwargs)))
+        return self._timed("forward", self.pool.forward, state, **kwargs)
 
     def reset(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        out = self.pool.reset(*args, **kwargs)
-        self.reset_s += time.perf_counter() - t0
-        return out
+        return self._timed("reset", self.pool.reset, *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.pool, name)
 
 
-def measure(task: str, num_envs: int, cpus: list[int], steps: int, blocks: int, seed: int = 0) -> dict:
+def replay(calls) -> dict:
+    """Run the recorded calls on the bare pools; seconds inside `step` and `forward` calls."""
+    seconds = {"step": 0.0, "forward": 0.0}
+    for pool, kind, state, kwargs in calls:
+        t0 = time.perf_counter()
+        getattr(pool, kind)(state, **kwargs)
+        seconds[kind] += time.perf_counter() - t0
+    return seconds
+
+
+def steps_per_block(step_s: float, block_seconds: float, fixed: int | None) -> int:
+    """Vector steps per block: `fixed` if given, else as many as fit in `block_seconds` (3 to 200)."""
+    if fixed is not None:
+        return fixed
+    return int(np.clip(round(block_seconds / max(step_s, 1e-9)), 3, 200))
+
+
+def measure(
+    task: str,
+    num_envs: int,
+    cpus: list[int],
+    steps: int | None,
+    blocks: int,
+    block_seconds: float = 1.0,
+    seed: int = 0,
+) -> dict:
     env = envs.make(task, num_envs, seed=seed, cpu_ids=cpus)
     rng = np.random.default_rng(seed)
     low, high = env.spec.action_low, env.spec.action_high
-    actions = rng.uniform(low, high, size=(steps, num_envs, env.spec.action_dim)).astype(np.float32)
     env.reset()
-    for t in range(min(steps, 20)):  # warm-up
-        env.step(actions[t])
-    bare_pool = env.pool
-    np_env_s, bare_s, resets = 0.0, 0.0, 0
-    inside_step_s, inside_reset_s, ratios = 0.0, 0.0, []
+    t0 = time.perf_counter()
+    env.reset()  # every env at once, as at the end of the fixed-length episodes of the DMC tasks
+    reset_all_s = time.perf_counter() - t0
+    warmup = [rng.uniform(low, high, size=(num_envs, env.spec.action_dim)).astype(np.float32) for _ in range(5)]
+    env.step(warmup[0])
+    t0 = time.perf_counter()
+    for a in warmup[1:]:
+        env.step(a)
+    steps = steps_per_block((time.perf_counter() - t0) / (len(warmup) - 1), block_seconds, steps)
+    actions = rng.uniform(low, high, size=(steps, num_envs, env.spec.action_dim)).astype(np.float32)
+    bare = {name: getattr(env, name) for name in POOLS if getattr(env, name, None) is not None}
+    np_env_s = bare_s = bare_forward_s = 0.0
+    resets = 0
+    inside = {"step": 0.0, "forward": 0.0, "reset": 0.0}
+    ratios = []
     for _ in range(blocks):
-        recorder = RecordingPool(bare_pool)
-        env.pool = recorder
+        calls, times = [], {}
+        for name, pool in bare.items():
+            setattr(env, name, RecordingPool(pool, calls, times))
         t0 = time.perf_counter()
         for t in range(steps):
             state = env.step(actions[t])
             resets += int(state.done.sum())
         block_np_env = time.perf_counter() - t0
-        env.pool = bare_pool
-        t0 = time.perf_counter()
-        for state0, control, kwargs in recorder.calls:
-            bare_pool.step(
-                state0,
-                nstep=kwargs["nstep"],
-                control=control,
-                return_sensor=True,
-                post_step_forward_sensor=kwargs["post_step_forward_sensor"],
-            )
-        block_bare = time.perf_counter() - t0
+        for name, pool in bare.items():
+            setattr(env, name, pool)
+        seconds = replay(calls)
+        block_bare = seconds["step"] + seconds["forward"]
         np_env_s += block_np_env
         bare_s += block_bare
+        bare_forward_s += seconds["forward"]
         ratios.append(block_np_env / block_bare - 1.0)
-        inside_step_s += recorder.step_s
-        inside_reset_s += recorder.reset_s
+        for kind in inside:
+            inside[kind] += times.get(kind, 0.0)
+    spec = env.spec
     env.close()
     n = steps * blocks * num_envs
+    bare_step_ms = 1e3 * bare_s / (steps * blocks)
     return {
         "task": task,
         "num_envs": num_envs,
         "cpus": len(cpus),
+        "obs_dim": spec.obs_dims["actor"],
+        "action_dim": spec.action_dim,
+        "substeps": env.frame_skip,
+        "steps_per_block": steps,
+        "blocks": blocks,
         "np_env_steps_per_s": n / np_env_s,
         "bare_pool_steps_per_s": n / bare_s,
         "overhead": np_env_s / bare_s - 1.0,
         "overhead_block_median": float(np.median(ratios)),
-        # where NpEnv's time goes: inside pool.step, inside pool.reset (batched sparse reset), numpy/Python
-        "share_pool_step": inside_step_s / np_env_s,
-        "share_pool_reset": inside_reset_s / np_env_s,
-        "share_numpy_python": 1.0 - (inside_step_s + inside_reset_s) / np_env_s,
+        # physics time of one vector step (what the learner can train through) and its sensor-refresh part
+        "bare_ms_per_vector_step": bare_step_ms,
+        "np_env_ms_per_vector_step": 1e3 * np_env_s / (steps * blocks),
+        "bare_share_forward": bare_forward_s / bare_s,
+        # a reset of every env; per 1000-step episode it adds reset_all_ms / (1000 * step time)
+        "reset_all_ms": 1e3 * reset_all_s,
+        "reset_share_per_1000_steps": reset_all_s * 1e3 / (1000 * bare_step_ms),
+        # where NpEnv's time goes: inside pool.step, pool.forward, pool.reset (batched sparse reset), numpy/Python
+        "share_pool_step": inside["step"] / np_env_s,
+        "share_pool_forward": inside["forward"] / np_env_s,
+        "share_pool_reset": inside["reset"] / np_env_s,
+        "share_numpy_python": 1.0 - sum(inside.values()) / np_env_s,
         "resets_per_1k_steps": 1000 * resets / n,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=["ant", "humanoid", "hopper"])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="gymnasium", help="default task list and output")
+    parser.add_argument("--tasks", nargs="+", default=None, help="registry names (default: the suite's tasks)")
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--cpus", default=None, help="CPU ids for the pool workers, e.g. 2-15 (default: all)")
-    parser.add_argument("--steps", type=int, default=50, help="vector steps per block")
-    parser.add_argument("--blocks", type=int, default=8)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--steps", type=int, default=None, help="vector steps per block (gymnasium: 50, dmc: timed)")
+    parser.add_argument("--block-seconds", type=float, default=1.0, help="NpEnv time per timed block")
+    parser.add_argument("--blocks", type=int, default=None, help="alternating blocks (gymnasium: 8, dmc: 4)")
+    parser.add_argument("--out", default=None, help="output folder (default: benchmark/outputs/<suite's name>/)")
     args = parser.parse_args()
+    tasks = args.tasks or SUITES[args.suite]
+    default_steps, default_blocks = BLOCKS[args.suite]
+    steps = args.steps if args.steps is not None else default_steps
+    blocks = args.blocks if args.blocks is not None else default_blocks
+    unknown = sorted(set(tasks) - set(envs.registry_names()))
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; valid: {', '.join(envs.registry_names())}")
     cpus = parse_cpus(args.cpus)
     # like the collector: the stepping thread lives on the pool's CPUs
     os.sched_setaffinity(0, cpus)
     rows = []
-    for task in args.tasks:
-        row = measure(task, args.num_envs, cpus, args.steps, args.blocks)
+    for task in tasks:
+        row = measure(task, args.num_envs, cpus, steps, blocks, args.block_seconds)
         rows.append(row)
         print(
-            f"{task:12s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
-            f"bare={row['bare_pool_steps_per_s']:9.0f}/s overhead={100 * row['overhead']:+.1f}% "
-            f"(block median {100 * row['overhead_block_median']:+.1f}%; reset {100 * row['share_pool_reset']:.1f}%, "
-            f"numpy {100 * row['share_numpy_python']:.1f}% of NpEnv time)"
+            f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
+            f"bare={row['bare_pool_steps_per_s']:9.0f}/s ({row['bare_ms_per_vector_step']:.1f} ms/step, "
+            f"forward {100 * row['bare_share_forward']:.0f}%) overhead={100 * row['overhead']:+.1f}% "
+            f"(block median {100 * row['overhead_block_median']:+.1f}%; numpy {100 * row['share_numpy_python']:.1f}% "
+            f"of NpEnv time) reset all {row['reset_all_ms']:.0f} ms",
+            flush=True,
         )
-    folder = write_results("np_env_overhead", rows, {"args": vars(args), "target": "overhead <= 5%"}, args.out)
+    meta = {"args": vars(args), "target": "overhead <= 5%"}
+    folder = write_results(OUTPUT_NAMES[args.suite], rows, meta, args.out)
     print("wrote", folder)
 
 

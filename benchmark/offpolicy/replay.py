@@ -65,8 +65,16 @@ def _resets_by_tick(rec: dict[str, Any]) -> dict[int, list[tuple[np.ndarray, np.
 
 
 def replay_bare(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray]:
-    """Seconds the bare pool takes for the window's physics (steps and reset writes), and the final state."""
+    """Seconds the bare pools take for the window's physics, and the final state.
+
+    The pool calls NpEnv makes for these steps and resets, nothing else: the step (with the
+    task's sensor refresh: a forward pass on the final state, or dm_control's sensor timing
+    through the env's sensor pool) and the new states' writes (through the reset pool's
+    forward pass where the task reads sensors).
+    """
     pool, task = env.pool, env.task
+    reset_pool = env.reset_pool if env.reset_pool is not None else pool
+    split_sensors = env.sensor_pool is not None
     state = np.array(rec["snapshot"]["state"], dtype=np.float64, copy=True)
     actions = rec["actions"].astype(np.float64)
     resets = _resets_by_tick(rec)
@@ -77,11 +85,13 @@ def replay_bare(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray]:
             nstep=env.frame_skip,
             control=actions[t],
             return_sensor=True,
-            post_step_forward_sensor=task.fresh_sensors,
+            post_step_forward_sensor=task.fresh_sensors and not split_sensors,
         )
+        if split_sensors:
+            env.sensor_pool.forward(state)
         for rows, states in resets.get(t, ()):
             if task.fresh_sensors:  # as NpEnv does: sensors at the new state come from one forward pass
-                states, _ = pool.reset(rows.astype(np.int32), states)
+                states, _ = reset_pool.reset(rows.astype(np.int32), states)
             state[rows] = states
     return time.perf_counter() - t0, state
 

@@ -4,7 +4,10 @@ Hot path per `step`: one pool call (all envs, `frame_skip` substeps, sensors
 returned), vectorised numpy for observation/reward/termination, and one batched
 reset of every env that finished, failed or hit the time limit (a write of the
 new state rows; the pool's sparse `reset` where the task needs sensors at the
-new state). No Python loop over envs anywhere.
+new state). No Python loop over envs anywhere. Tasks with dm_control's sensor
+timing (`acc_sensors_from_last_substep`) add one `forward` of a second pool
+whose models have constraints disabled: it refreshes position/velocity sensors
+on the final state at a fraction of a substep's cost.
 
 Physics failures are never silent. The pool stops stepping an env after a
 MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
@@ -16,11 +19,13 @@ was chosen on), they are reset, and `info["physics_failures"]` counts them
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import mujoco
 import numpy as np
 from mujoco_uni.batch_env import BatchEnvPool
 
@@ -62,16 +67,33 @@ class MujocoNpEnv(NpEnv):
         ids, nthread = resolve_cpu_ids(cpu_ids, nthread)
         self.task = task
         self.model = task.build_model()
-        self.pool = BatchEnvPool(self.model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        self.pool_model = task.build_pool_model(self.model)
+        """what the pool clones per env: the same physics as `model`, perhaps without render-only assets"""
+        self.pool = BatchEnvPool(self.pool_model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
         self.num_envs = num_envs
         self.rng = np.random.Generator(np.random.PCG64(seed))
         m = self.model
-        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nq, self.nv, self.nu, self.na = m.nq, m.nv, m.nu, m.na
         self.nstate = self.pool.nstate
         self.frame_skip = task.frame_skip
         self.dt = float(m.opt.timestep * task.frame_skip)
+        # the pool's state rows are mj_getState(mjSTATE_FULLPHYSICS): time, qpos, qvel, act, ...
         self._qpos_slice = slice(1, 1 + self.nq)
         self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
+        self._act_slice = slice(1 + self.nq + self.nv, 1 + self.nq + self.nv + self.na)
+        # dm_control's sensor timing: a second pool over the same CPUs (idle workers block, so it costs
+        # nothing between calls) refreshes position/velocity sensors with constraints disabled, and a
+        # third evaluates a new episode's sensors with actuation disabled; the pools' models are never
+        # switched in place
+        self._stepped_sensor_cols: np.ndarray | None = None
+        self.sensor_pool: BatchEnvPool | None = None
+        self.reset_pool: BatchEnvPool | None = None
+        if task.fresh_sensors and task.acc_sensors_from_last_substep:
+            stage = np.repeat(m.sensor_needstage, m.sensor_dim)
+            self._stepped_sensor_cols = np.flatnonzero(stage == mujoco.mjtStage.mjSTAGE_ACC)
+            self.sensor_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT, ids)
+        if task.fresh_sensors and task.reset_without_actuation:
+            self.reset_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_ACTUATION, ids)
         self._state = np.zeros((num_envs, self.nstate))
         self._ones_state = np.ones(self.nstate)
         self._sensordata = np.zeros((num_envs, m.nsensordata))
@@ -97,6 +119,7 @@ class MujocoNpEnv(NpEnv):
             gymnasium_id=task.gymnasium_id,
             gymnasium_kwargs=task.gymnasium_kwargs(),
             reward_range=task.reward_range,
+            dm_control_id=task.dm_control_id,
         )
 
     # --- helpers ---------------------------------------------------------------
@@ -111,13 +134,23 @@ class MujocoNpEnv(NpEnv):
             qvel=state[:, self._qvel_slice],
             qpos_qvel=state[:, 1 : 1 + self.nq + self.nv],
             sensordata=sensordata,
+            act=state[:, self._act_slice],
         )
 
-    def _states_from(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+    def states_from(self, qpos: np.ndarray, qvel: np.ndarray, act: np.ndarray | None = None) -> np.ndarray:
+        """Full physics state rows at time 0 from (qpos, qvel[, act]) rows (cold path: resets, tests)."""
         states = np.zeros((qpos.shape[0], self.nstate))
         states[:, self._qpos_slice] = qpos
         states[:, self._qvel_slice] = qvel
+        if act is not None:
+            states[:, self._act_slice] = act
         return states
+
+    def _pool_without(self, feature: mujoco.mjtDisableBit, cpu_ids: list[int] | None) -> BatchEnvPool:
+        """A pool like `self.pool` whose models have `feature` disabled (cold path)."""
+        model = copy.copy(self.pool_model)
+        model.opt.disableflags |= feature
+        return BatchEnvPool(model, nbatch=self.num_envs, nthread=self.pool.nthread, cpu_ids=cpu_ids)
 
     def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
         """Batched reset of `env_ids` to `states` (sampled from the task's reset distribution unless given).
@@ -125,14 +158,15 @@ class MujocoNpEnv(NpEnv):
         `pool.step` loads every env's full physics state from the array it is given, so
         a reset is a write of the new rows. Tasks that read sensors (`fresh_sensors`)
         also need those sensors evaluated at the new state: they go through the pool's
-        sparse `reset` (one threaded `mj_forward` per reset env). For the others that
-        forward pass would compute nothing anyone reads, so it is skipped.
+        sparse `reset` (one threaded `mj_forward` per reset env), with actuation disabled
+        where the task says so. For the others that forward pass would compute nothing
+        anyone reads, so it is skipped.
         """
         if states is None:
-            qpos, qvel = self.task.reset_qpos_qvel(self.rng, len(env_ids), self.model.qpos0, self.nv)
-            states = self._states_from(qpos, qvel)
+            states = self.task.initial_states(self, env_ids)
         if self.task.fresh_sensors:
-            states, new_sensor = self.pool.reset(env_ids, states)
+            pool = self.pool if self.reset_pool is None else self.reset_pool
+            states, new_sensor = pool.reset(env_ids, states)
             self._sensordata[env_ids] = new_sensor
         self._state[env_ids] = states
         if self.reset_log is not None:
@@ -156,9 +190,9 @@ class MujocoNpEnv(NpEnv):
         self._obs[env_ids] = first
         return {ACTOR_OBS_KEY: first}
 
-    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
-        """Place every env at the given (qpos, qvel) with time 0 (parity tests use this)."""
-        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self._states_from(qpos, qvel))
+    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray, act: np.ndarray | None = None) -> NpEnvState:
+        """Place every env at the given (qpos, qvel[, act]) with time 0 (parity tests use this)."""
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self.states_from(qpos, qvel, act))
         return self._first_state()
 
     def snapshot(self) -> dict[str, Any]:
@@ -205,13 +239,22 @@ class MujocoNpEnv(NpEnv):
         progress_before = task.progress(self._view(self._state, self._sensordata))
         prev_time = self._state[:, 0]
         pool_start = time.perf_counter_ns()
-        state, sensordata = self.pool.step(
-            self._state,
-            nstep=self.frame_skip,
-            control=actions,
-            return_sensor=True,
-            post_step_forward_sensor=task.fresh_sensors,
-        )
+        if self._stepped_sensor_cols is None:
+            state, sensordata = self.pool.step(
+                self._state,
+                nstep=self.frame_skip,
+                control=actions,
+                return_sensor=True,
+                post_step_forward_sensor=task.fresh_sensors,
+            )
+        else:
+            # the last substep's sensors (acceleration stage kept), then position/velocity ones on the
+            # final state: a forward pass without constraints computes those exactly and costs far less
+            state, stepped = self.pool.step(
+                self._state, nstep=self.frame_skip, control=actions, return_sensor=True, post_step_forward_sensor=False
+            )
+            sensordata = self.sensor_pool.forward(state)
+            sensordata[:, self._stepped_sensor_cols] = stepped[:, self._stepped_sensor_cols]
         pool_end = time.perf_counter_ns()
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
@@ -225,7 +268,7 @@ class MujocoNpEnv(NpEnv):
         velocity = (task.progress(view) - progress_before) / self.dt
         healthy = task.is_healthy(view)
         terms = task.reward_terms(view, velocity, actions, healthy)
-        reward = sum(terms.values())
+        reward = task.reward(terms)
         terminated = task.terminated(healthy) & ~failed
         self._episode_length += 1
         truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed
@@ -266,6 +309,7 @@ class MujocoNpEnv(NpEnv):
         )
 
     def close(self) -> None:
-        if getattr(self, "pool", None) is not None:
-            self.pool.close()
-            self.pool = None
+        for name in ("pool", "sensor_pool", "reset_pool"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)

@@ -37,6 +37,8 @@ class PhysicsView:
     """(n, nq + nv) both, adjacent (one block for range checks over the whole state)"""
     sensordata: np.ndarray
     """(n, nsensordata) sensors on the final state when the task asks for `fresh_sensors`"""
+    act: np.ndarray | None = None
+    """(n, na) actuator activations after the step (empty where the model has none)"""
 
 
 def rows_within(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -50,10 +52,12 @@ def rows_within(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 class MujocoTask:
-    """One Gymnasium-v5 MuJoCo task, vectorised over envs with numpy."""
+    """One MuJoCo task (Gymnasium-v5 semantics unless a suite overrides them), vectorised over envs with numpy."""
 
     name: ClassVar[str]
-    gymnasium_id: ClassVar[str]
+    gymnasium_id: ClassVar[str] = ""
+    dm_control_id: ClassVar[str] = ""
+    """`domain-task` of the DeepMind Control Suite task this one reproduces (empty for Gymnasium tasks)"""
     xml_file: ClassVar[str]
     frame_skip: ClassVar[int]
     max_episode_steps: ClassVar[int] = 1000
@@ -61,6 +65,13 @@ class MujocoTask:
     """bounds (low, high) of one step's reward (EnvSpec.reward_range); None where the task declares none"""
     fresh_sensors: ClassVar[bool] = False
     """Recompute sensors on the final state of a step (one extra mj_forward per env)."""
+    acc_sensors_from_last_substep: ClassVar[bool] = False
+    """With `fresh_sensors`: only position/velocity sensors are recomputed on the final state (a forward pass
+    with constraints disabled, in a second pool); acceleration-stage sensors (touch, force, accelerometer) keep
+    the values of the last substep, as after dm_control's `Physics.step` (mj_step, then mj_step1)."""
+    reset_without_actuation: ClassVar[bool] = False
+    """With `fresh_sensors`: evaluate the sensors of a new episode's state with actuation disabled
+    (dm_control's `after_reset`, in a third pool), so acceleration-stage sensors see no actuator forces."""
     defaults: ClassVar[dict[str, Any]] = {}
     """Gymnasium keyword arguments and their values (all tunable through task overrides)."""
     gymnasium_fixed_kwargs: ClassVar[dict[str, Any]] = {}
@@ -81,14 +92,23 @@ class MujocoTask:
         return mujoco.MjSpec.from_file(gymnasium_asset(self.xml_file))
 
     def build_model(self) -> mujoco.MjModel:
-        """Compile the model the pool clones."""
+        """Compile the task's model (the env's `model`: metadata and rendering)."""
         return self.build_spec().compile()
+
+    def build_pool_model(self, model: mujoco.MjModel) -> mujoco.MjModel:
+        """The model the pool clones per env: `model` itself unless a task leaves out render-only assets."""
+        return model
 
     def gymnasium_kwargs(self) -> dict[str, Any]:
         """Keyword arguments that make `gymnasium.make(gymnasium_id, **kwargs)` match this task."""
         return {**self.cfg, **self.gymnasium_fixed_kwargs}
 
     # --- episode -----------------------------------------------------------------
+    def initial_states(self, env: Any, env_ids: np.ndarray) -> np.ndarray:
+        """Full physics state rows (the pool's layout) for new episodes of `env_ids`, drawn with `env.rng`."""
+        qpos, qvel = self.reset_qpos_qvel(env.rng, len(env_ids), env.model.qpos0, env.nv)
+        return env.states_from(qpos, qvel)
+
     def reset_qpos_qvel(
         self, rng: np.random.Generator, n: int, qpos0: np.ndarray, nv: int
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +135,10 @@ class MujocoTask:
     ) -> dict[str, np.ndarray]:
         """Named reward terms with Gymnasium's `reward_*` info names; the reward is their sum."""
         raise NotImplementedError
+
+    def reward(self, terms: dict[str, np.ndarray]) -> np.ndarray:
+        """The step reward from the named terms: Gymnasium's sum."""
+        return sum(terms.values())
 
     def terminated(self, healthy: np.ndarray) -> np.ndarray:
         """Gymnasium's termination: unhealthy while `terminate_when_unhealthy`."""

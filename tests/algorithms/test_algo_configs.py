@@ -14,6 +14,16 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 ALGOS = ["fastsac", "flashsac"]
 ENVS = ["ant", "halfcheetah", "hopper", "humanoid", "walker2d"]
 DIMS = {"ant": (105, 8), "halfcheetah": (17, 6), "hopper": (11, 3), "humanoid": (348, 17), "walker2d": (17, 6)}
+DMC_ENVS = [
+    "dmc_cheetah_run",
+    "dmc_walker_run",
+    "dmc_hopper_hop",
+    "dmc_quadruped_run",
+    "dmc_humanoid_walk",
+    "dmc_humanoid_run",
+    "dmc_dog_trot",
+    "dmc_dog_run",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +31,7 @@ def config_dir(tmp_path_factory):
     """A primary config using the repo's algo groups and stub env options (the env group is not ours)."""
     root = tmp_path_factory.mktemp("conf")
     (root / "env").mkdir()
-    for env in ENVS:
+    for env in ENVS + DMC_ENVS:
         (root / "env" / f"{env}.yaml").write_text(f"name: {env}\nnum_envs: 4\n")
     (root / "config.yaml").write_text(
         "defaults:\n  - algo: fastsac\n  - env: hopper\n  - optional algo_env: ${algo}_${env}\n  - _self_\n"
@@ -32,7 +42,7 @@ def config_dir(tmp_path_factory):
 
 def test_every_task_has_a_specialization_file():
     for algo in ALGOS:
-        for env in ENVS:
+        for env in ENVS + DMC_ENVS:
             text = (CONF / "algo_env" / f"{algo}_{env}.yaml").read_text()
             assert text.startswith("# @package _global_")
 
@@ -53,6 +63,22 @@ def test_compose_validate_and_build(config_dir, spec_factory, algo, env):
     )
     assert built.batch_size == cfg.algo.batch_size and built.updates_per_step == cfg.algo.updates_per_step
     assert not (built.use_compile or built.use_cuda_graphs or built.amp_dtype)  # all off on CPU
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_compose_and_validate_dmc(config_dir, spec_factory, algo):
+    # every DMC task composes and validates; the widest (the dog: 223 obs, 38 actions) also builds
+    for env in DMC_ENVS:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[f"algo={algo}", f"env={env}"])
+        validated = validate(cfg.algo)
+        specialization = OmegaConf.load(CONF / "algo_env" / f"{algo}_{env}.yaml")
+        for key, value in specialization.algo.items():
+            assert validated[key] == value
+        # the C51 support of FastSAC follows the env's reward range, never a hand-set one for these tasks
+        assert "v_min" not in specialization.algo and "v_max" not in specialization.algo
+    built = make_algorithm(cfg.algo, spec_factory(num_envs=4, obs_dims={"actor": 223}, action_dim=38), "cpu")
+    assert built.updates_per_step == cfg.algo.updates_per_step
 
 
 def test_algo_yaml_matches_schema_defaults():

@@ -1,0 +1,29 @@
+"""Helpers of the NpEnv-overhead benchmark: timed block sizes, and a tiny real DMC run replaying all its pools."""
+
+from __future__ import annotations
+
+import os
+
+import envs
+from benchmark.env.benchmark_np_env_overhead import SUITES, measure, steps_per_block
+
+
+def test_steps_per_block_fits_the_block_time_within_bounds():
+    assert steps_per_block(0.010, 1.0, None) == 100
+    assert steps_per_block(0.080, 1.0, None) == 12
+    assert steps_per_block(2.0, 1.0, None) == 3  # a few steps even when one is slow
+    assert steps_per_block(1e-6, 1.0, None) == 200
+    assert steps_per_block(0.080, 1.0, 40) == 40  # --steps wins
+
+
+def test_suites_name_registered_tasks():
+    assert set(SUITES["dmc"]) <= set(envs.registry_names()) and set(SUITES["gymnasium"]) <= set(envs.registry_names())
+
+
+def test_dmc_row_replays_the_sensor_pool_too():
+    cpu = sorted(os.sched_getaffinity(0))[-1:]
+    row = measure("dmc_hopper_hop", num_envs=4, cpus=cpu, steps=3, blocks=1)
+    assert row["substeps"] == 4 and row["obs_dim"] == 15 and row["steps_per_block"] == 3
+    # the bare side ran the position/velocity refresh as well as the substeps
+    assert 0.0 < row["bare_share_forward"] < 1.0 and row["share_pool_forward"] > 0.0
+    assert row["bare_pool_steps_per_s"] > 0 and row["reset_all_ms"] > 0
