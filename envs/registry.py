@@ -21,6 +21,14 @@ def registry_names() -> list[str]:
     return sorted(_tasks())
 
 
+def task_class(name: str) -> type:
+    """The task class registered as `name` (its constructor takes the task's options)."""
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown env {name!r}; valid names: {', '.join(sorted(tasks))}")
+    return tasks[name]
+
+
 def make(
     name: str,
     num_envs: int,

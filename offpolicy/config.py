@@ -349,13 +349,10 @@ def check_task(name: str, options: dict[str, Any], name_key: str, options_key: s
     names = envs.registry_names()
     if name not in names:
         raise invalid(name_key, name, f"must be one of {', '.join(names)}")
-    from envs.tasks import TASKS
+    from envs.registry import task_class
 
-    task = TASKS.get(name)
-    if task is None:
-        return  # a task registered elsewhere checks its options when built
     try:
-        task(**options)
+        task_class(name)(**options)
     except (TypeError, ValueError) as exc:
         raise invalid(options_key, options, _one_line(exc)) from None
 

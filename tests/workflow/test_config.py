@@ -13,6 +13,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from test_eval import hopper_checkpoint
 
+import envs
 from offpolicy.config import (
     ConfigError,
     EvaluateConfig,
@@ -66,7 +67,11 @@ def test_every_shipped_config_is_valid(algo, env):
             "checkpoint, logger, affinity, replay, runtime",
         ),  # fmt: skip
         (["env.num_envs=0"], "env.num_envs=0: must be an integer > 0"),
-        (["env.name=cartpole"], "env.name=cartpole: must be one of ant, halfcheetah, hopper, humanoid, walker2d"),
+        (["env.name=cartpole"], f"env.name=cartpole: must be one of {', '.join(envs.registry_names())}"),
+        (
+            ["env=dmc_dog_run", "+env.options.healthy_reward=1"],
+            "env.options={healthy_reward: 1}: unknown option(s) ['healthy_reward'] for task 'dmc_dog_run'; valid: ['max_episode_steps']",
+        ),
         (["train.total_env_steps=-5"], "train.total_env_steps=-5: must be an integer > 0 or null"),
         (
             ["train.total_env_steps=null"],
