@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from envs.tasks import TASKS
 from offpolicy.algorithms import make_algorithm
 from offpolicy.algorithms.config import validate
 
@@ -58,9 +59,10 @@ def test_compose_validate_and_build(config_dir, spec_factory, algo, env):
     for key, value in (specialization.get("algo") or {}).items():
         assert validated[key] == value  # the per-task file won over conf/algo/<algo>.yaml
     obs_dim, action_dim = DIMS[env]
-    built = make_algorithm(
-        cfg.algo, spec_factory(num_envs=4, obs_dims={"actor": obs_dim}, action_dim=action_dim), "cpu"
+    spec = spec_factory(
+        num_envs=4, obs_dims={"actor": obs_dim}, action_dim=action_dim, reward_range=TASKS[env]().reward_range
     )
+    built = make_algorithm(cfg.algo, spec, "cpu")
     assert built.batch_size == cfg.algo.batch_size and built.updates_per_step == cfg.algo.updates_per_step
     assert not (built.use_compile or built.use_cuda_graphs or built.amp_dtype)  # all off on CPU
 
