@@ -88,12 +88,6 @@ def soft_update_(target: Sequence[Tensor], online: Sequence[Tensor], tau: float,
     torch._foreach_add_(target, delta)
 
 
-def all_finite(*tensors: Tensor) -> Tensor:
-    """0/1 float tensor: every entry of every tensor is finite (device-only, no host sync)."""
-    flags = [torch.isfinite(t).all() for t in tensors]
-    return torch.stack(flags).all().float()
-
-
 def finite_rows(*tensors: Tensor) -> Tensor:
     """(B,) bool: row b of every tensor (B,) or (B, D) is finite."""
     ok = None

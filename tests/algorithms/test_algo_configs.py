@@ -79,8 +79,11 @@ def test_compose_and_validate_dmc(config_dir, spec_factory, algo):
             assert validated[key] == value
         # the C51 support of FastSAC follows the env's reward range, never a hand-set one for these tasks
         assert "v_min" not in specialization.algo and "v_max" not in specialization.algo
-    built = make_algorithm(cfg.algo, spec_factory(num_envs=4, obs_dims={"actor": 223}, action_dim=38), "cpu")
+    spec = spec_factory(num_envs=4, obs_dims={"actor": 223}, action_dim=38, reward_range=(0.0, 1.0))  # DMC's
+    built = make_algorithm(cfg.algo, spec, "cpu")
     assert built.updates_per_step == cfg.algo.updates_per_step
+    if algo == "fastsac":  # rewards in [0, 1]: returns in [0, 1 / (1 - gamma)]
+        assert (built.v_min, built.v_max) == pytest.approx((0.0, 1.0 / (1.0 - cfg.algo.gamma)))
 
 
 def test_algo_yaml_matches_schema_defaults():
