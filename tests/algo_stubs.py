@@ -16,7 +16,7 @@ class FixedReplay:
         self.batch = batch
 
     def sample(self, batch_size: int) -> TransitionBatch:
-        idx = torch.arange(batch_size) % len(self.batch)
+        idx = torch.arange(batch_size, device=self.batch.reward.device) % len(self.batch)  # graph-capturable
         b = self.batch
         return TransitionBatch(
             obs={k: v[idx] for k, v in b.obs.items()},
