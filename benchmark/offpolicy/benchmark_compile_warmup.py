@@ -77,7 +77,13 @@ def run_child(args: argparse.Namespace) -> dict:
     from omegaconf import OmegaConf
 
     from benchmark.machine import parse_cpus
-    from benchmark.offpolicy.benchmark_update_speed import QUICK_SIZES, TASK_DIMS, random_replay, synchronize
+    from benchmark.offpolicy.benchmark_update_speed import (
+        QUICK_SIZES,
+        TASK_DIMS,
+        random_replay,
+        synchronize,
+        task_reward_range,
+    )
     from envs.core import EnvSpec
     from offpolicy.affinity import pin_process
     from offpolicy.algorithms import make_algorithm
@@ -93,7 +99,9 @@ def run_child(args: argparse.Namespace) -> dict:
     n = 64 if args.quick else args.num_envs
     obs_dim, action_dim = TASK_DIMS[args.env]
     ones = np.ones(action_dim, np.float32)
-    spec = EnvSpec(args.env, n, {"actor": obs_dim}, action_dim, -ones, ones, 0.01, 1000)
+    spec = EnvSpec(
+        args.env, n, {"actor": obs_dim}, action_dim, -ones, ones, 0.01, 1000, reward_range=task_reward_range(args.env)
+    )
     torch.manual_seed(0)
     cfg = OmegaConf.merge(
         OmegaConf.load(REPO / "conf" / "algo" / f"{args.algo}.yaml"), QUICK_SIZES[args.algo] if args.quick else {}

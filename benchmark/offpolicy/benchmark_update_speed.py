@@ -84,6 +84,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def task_reward_range(env: str) -> tuple[float, float]:
+    """The task's per-step reward bounds: FastSAC sizes its C51 support from them, as in a run."""
+    from envs.tasks import TASKS
+
+    return TASKS[env]().reward_range
+
+
 def random_replay(spec: EnvSpec, rows: int, device: torch.device) -> ReplayBuffer:
     """A device replay of `rows` random transitions, written a vector step at a time."""
     replay = ReplayBuffer(rows, spec.obs_dims, spec.action_dim, device, num_envs=spec.num_envs)
@@ -190,6 +197,7 @@ def main(argv: list[str] | None = None) -> Path:
         np.ones(action_dim, np.float32),
         0.01,
         1000,
+        reward_range=task_reward_range(args.env),
     )
 
     torch.manual_seed(0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.tasks.reward_bounds import locomotion_reward_range
 
 
 class Walker2d(MujocoTask):
@@ -28,6 +29,14 @@ class Walker2d(MujocoTask):
         healthy_angle_range=(-1.0, 1.0),
         reset_noise_scale=5e-3,
     )
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        """Per-step reward bounds (envs/tasks/reward_bounds.py): (-3.006, 11) with the default options."""
+        # forward velocity: strong Walker2d policies score ~6,000-7,000 over 1000 steps, ~5-6 m/s
+        # beside the healthy bonus; 10 m/s bounds it. Control cost 1e-3 |a|^2 <= 1e-3 x 6 (six
+        # actions in [-1, 1]), healthy bonus 1.
+        return locomotion_reward_range(self.cfg, max_forward_speed=10.0, max_action_sq=6.0)
 
     def observe(self, p: PhysicsView) -> np.ndarray:
         return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)

@@ -5,6 +5,12 @@ static shapes, no `.item()`, no host branching on device values, optimizer steps
 with tensor learning rates. On CUDA they can then be run three ways: eagerly,
 with `torch.compile` on the loss functions, and captured as CUDA graphs (one graph
 per update-phase shape, one per inference batch size). On CPU everything is eager.
+
+Non-finite values are handled the same way, on the device: every optimizer step,
+Polyak step, temperature step and statistics update of an update is gated by a
+0/1 tensor (`finite_step`, `soft_update_(..., allowed=)`), so an update whose batch,
+loss or gradients are not finite leaves everything as it was, without the host
+looking at a single value.
 """
 
 from __future__ import annotations
@@ -66,9 +72,29 @@ def bootstrap_discount(gamma: float, terminated: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def soft_update_(target: Sequence[Tensor], online: Sequence[Tensor], tau: float) -> None:
-    """Polyak step target <- target + tau * (online - target), one fused foreach kernel."""
-    torch._foreach_lerp_(list(target), list(online), tau)
+def soft_update_(target: Sequence[Tensor], online: Sequence[Tensor], tau: float, allowed: Tensor | None = None) -> None:
+    """Polyak step target <- target + tau * (online - target); with `allowed` (0/1 tensor) the step is tau * allowed.
+
+    Without `allowed` it is one fused lerp kernel. The gated form stays on the device (a
+    tensor weight passed to lerp would be read on the host) and leaves the target exactly
+    as it was when `allowed` is 0, the online parameters being finite.
+    """
+    target, online = list(target), list(online)
+    if allowed is None:
+        torch._foreach_lerp_(target, online, tau)
+        return
+    delta = torch._foreach_sub(online, target)
+    torch._foreach_mul_(delta, allowed * tau)
+    torch._foreach_add_(target, delta)
+
+
+def finite_rows(*tensors: Tensor) -> Tensor:
+    """(B,) bool: row b of every tensor (B,) or (B, D) is finite."""
+    ok = None
+    for t in tensors:
+        row = torch.isfinite(t) if t.dim() == 1 else torch.isfinite(t).all(-1)
+        ok = row if ok is None else ok & row
+    return ok
 
 
 # --------------------------------------------------------------------------- optimisation helpers
@@ -92,6 +118,38 @@ def make_adam(
         fused=True,
         capturable=lr.device.type == "cuda",
     )
+
+
+def finite_step(
+    loss: Tensor,
+    optimizer: torch.optim.Optimizer,
+    params: Sequence[Tensor],
+    allowed: Tensor | None = None,
+    max_grad_norm: float = 0.0,
+) -> Tensor:
+    """backward, then a fused step that is skipped unless `allowed`, the loss and the gradients are finite.
+
+    Returns the 0/1 float tensor of whether the step was taken. The skip is the fused
+    optimizer's own `found_inf` (also what the fp16 loss scaler uses): parameters, moments
+    and the step count stay exactly as they were.
+    """
+    ok = torch.isfinite(loss.detach()).float()
+    if allowed is not None:
+        ok = ok * allowed
+    loss.backward()
+    grads = [p.grad for p in params if p.grad is not None]
+    found_inf = torch.zeros((), device=ok.device, dtype=torch.float32)
+    if grads:
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch.ones_like(found_inf))
+    ok = ok * (1.0 - found_inf)
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+    optimizer.found_inf = 1.0 - ok  # the fused kernel skips the update when it is nonzero
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf
+    return ok
 
 
 def optimizer_state_dict(opt: torch.optim.Optimizer) -> dict:
@@ -142,29 +200,44 @@ class LossScaler:
         self.growth_factor, self.backoff_factor, self.growth_interval = growth_factor, backoff_factor, growth_interval
 
     def step(
-        self, loss: Tensor, optimizer: torch.optim.Optimizer, params: Sequence[Tensor], max_grad_norm: float = 0.0
-    ) -> None:
-        """backward(loss * scale), unscale, optional clip, fused step (skipped on inf/NaN), scale update."""
+        self,
+        loss: Tensor,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[Tensor],
+        max_grad_norm: float = 0.0,
+        allowed: Tensor | None = None,
+    ) -> Tensor:
+        """backward(loss * scale), unscale, optional clip, fused step (skipped on inf/NaN), scale update.
+
+        Returns the 0/1 float tensor of whether the update was valid: `allowed` and a finite
+        loss (and, without loss scaling, finite gradients: `finite_step`). A finite loss whose
+        scaled gradients overflow is the scaler's business, not a failure: that step is
+        skipped and the scale backs off. An invalid update leaves the scale as it was, so a
+        run of non-finite batches does not drive the scale to zero.
+        """
         if not self.enabled:
-            loss.backward()
-            if max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
-            optimizer.step()
-            return
+            return finite_step(loss, optimizer, params, allowed, max_grad_norm)
+        ok = torch.isfinite(loss.detach()).float()
+        if allowed is not None:
+            ok = ok * allowed
         (loss.float() * self.scale).backward()
         grads = [p.grad for p in params if p.grad is not None]
         found_inf = torch.zeros((), device=self.scale.device, dtype=torch.float32)
         torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, self.scale.reciprocal())
         if max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
-        optimizer.found_inf = found_inf  # the fused kernel skips the update when it is nonzero
+        optimizer.found_inf = torch.maximum(found_inf, 1.0 - ok)  # the fused kernel skips the update when nonzero
         try:
             optimizer.step()
         finally:
             del optimizer.found_inf
+        scale, tracker = self.scale.clone(), self.growth_tracker.clone()
         torch._amp_update_scale_(
             self.scale, self.growth_tracker, found_inf, self.growth_factor, self.backoff_factor, self.growth_interval
         )
+        self.scale.copy_(torch.where(ok > 0, self.scale, scale))
+        self.growth_tracker.copy_(torch.where(ok > 0, self.growth_tracker, tracker))
+        return ok
 
     def state_dict(self) -> dict:
         """Scale and growth tracker."""
@@ -174,6 +247,27 @@ class LossScaler:
         """In-place load (captured graphs keep pointing at the same tensors)."""
         self.scale.copy_(state["scale"])
         self.growth_tracker.copy_(state["growth_tracker"])
+
+
+class PhaseMetrics:
+    """Means over the updates of one phase, each value counted only where its update was valid (device tensors)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Tensor] = {}
+        self.counts: dict[str, Tensor] = {}
+
+    def add(self, name: str, value: Tensor, ok: Tensor) -> None:
+        """Fold `value` in where `ok` (0/1) is 1; a non-finite value of a skipped update never reaches the mean."""
+        value = torch.where(ok > 0, value.detach().float(), 0.0)
+        if name in self.sums:
+            self.sums[name] = self.sums[name] + value
+            self.counts[name] = self.counts[name] + ok
+        else:
+            self.sums[name], self.counts[name] = value, ok
+
+    def means(self) -> dict[str, Tensor]:
+        """name -> mean over the valid updates (NaN where none was)."""
+        return {name: total / self.counts[name] for name, total in self.sums.items()}
 
 
 def set_requires_grad(module: nn.Module, flag: bool) -> None:
@@ -352,6 +446,9 @@ class OffPolicyAlgorithm:
         self.policy_version = 0
         self.total_updates = 0
         """gradient updates done so far (host counter: the actor-update schedule derives from it)"""
+        self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
+        """non-finite updates in a row up to now (0 after any valid update): a device tensor the learner
+        reads without blocking; such updates changed nothing (`train/nonfinite_updates` counts them per phase)"""
         self._captured: dict[tuple, CapturedCall] = {}
         self._snapshot: nn.Module | None = None
         """frozen copy of the actor for snapshot evaluation (`snapshot_actor`)"""
@@ -460,6 +557,12 @@ class OffPolicyAlgorithm:
             for key, call in self._captured.items()
             if call.error
         }
+
+    def _end_update(self, ok: Tensor) -> Tensor:
+        """Count one update whose validity is `ok` (0/1) into `nonfinite_streak`; returns 1 - ok."""
+        bad = 1.0 - ok
+        self.nonfinite_streak.copy_((self.nonfinite_streak + 1) * bad.long())
+        return bad
 
     def _captured_call(self, key: tuple, fn: Callable) -> CapturedCall:
         call = self._captured.get(key)

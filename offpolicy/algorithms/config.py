@@ -61,10 +61,10 @@ class FastSACConfig(AlgoConfig):
     """gradient-norm clip for actor and critic; 0 disables (reference default)"""
     num_atoms: int = 101
     """C51 support size"""
-    v_min: float = -20.0
-    """lowest C51 atom"""
-    v_max: float = 20.0
-    """highest C51 atom"""
+    v_min: float | None = None
+    """lowest C51 atom; null: min(0, r_low) / (1 - gamma) from the task's per-step reward range"""
+    v_max: float | None = None
+    """highest C51 atom; null: max(0, r_high) / (1 - gamma) from the task's per-step reward range"""
     num_critics: int = 2
     """critics in the ensemble; each learns from its own target, the actor maximises their mean"""
     critic_hidden_dim: int = 768

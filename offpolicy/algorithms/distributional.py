@@ -12,7 +12,8 @@ def categorical_projection(probs: Tensor, reward: Tensor, discount: Tensor, atom
     probs: (..., B, K) next-state distribution(s) on `atoms` (K evenly spaced values);
     reward, discount: (B,). Moved atoms are clipped to the support and each one's mass is
     split linearly between its two neighbouring atoms (Bellemare et al. 2017, Alg. 1),
-    so the result is a distribution on `atoms` with the same total mass.
+    so the result is a distribution on `atoms` with the same total mass. A row whose reward
+    or discount is NaN comes out NaN.
     """
     num_atoms = atoms.shape[0]
     v_min, v_max = atoms[0], atoms[-1]
@@ -21,7 +22,9 @@ def categorical_projection(probs: Tensor, reward: Tensor, discount: Tensor, atom
     position = (moved - v_min) / delta
     lower = position.floor().clamp(0, num_atoms - 1)
     upper_weight = position - lower  # 0 when the moved atom sits exactly on an atom
-    lower_idx = lower.long()
+    # a NaN reward or log-prob must give a NaN row (the update is then skipped), never an index
+    # out of range: NaN.long() is INT64_MIN, a device-side assert on CUDA
+    lower_idx = torch.nan_to_num(lower, nan=0.0).long()
     upper_idx = (lower_idx + 1).clamp(max=num_atoms - 1)
     probs = probs.float()
     shape = probs.shape

@@ -14,7 +14,10 @@ from envs.core import EnvSpec
 from offpolicy.algorithms.base import (
     LossScaler,
     OffPolicyAlgorithm,
+    PhaseMetrics,
     bootstrap_discount,
+    finite_rows,
+    finite_step,
     frozen,
     load_optimizer_state_dict,
     make_adam,
@@ -25,7 +28,13 @@ from offpolicy.algorithms.base import (
 )
 from offpolicy.algorithms.distributional import categorical_projection, expected_value
 from offpolicy.algorithms.exploration import ZetaNoiseHold
-from offpolicy.algorithms.networks import FlashSACActor, FlashSACCritic, renormalize_modules
+from offpolicy.algorithms.networks import (
+    FlashSACActor,
+    FlashSACCritic,
+    keep_stats_if_,
+    renormalize_modules,
+    running_stats,
+)
 from offpolicy.algorithms.normalizers import RewardScaler
 
 
@@ -38,7 +47,7 @@ class LRSchedule:
     """Linear warm-up from lr_init to lr_peak, then cosine decay to lr_end; evaluated on the device.
 
     Each optimizer has its own step counter (a device tensor), like a LambdaLR stepped
-    after every optimizer step in the reference.
+    after every optimizer step in the reference; a skipped (non-finite) step does not count.
     """
 
     def __init__(self, cfg: DictConfig, device: torch.device) -> None:
@@ -54,10 +63,9 @@ class LRSchedule:
         cosine = self.end + (self.peak - self.end) * 0.5 * (1.0 + torch.cos(math.pi * progress))
         return torch.where(step < self.warmup, warm, cosine)
 
-    def advance(self, lr: Tensor, step: Tensor) -> None:
-        """Write the lr of step `step` into `lr`, then count the step."""
+    def set_lr(self, lr: Tensor, step: Tensor) -> None:
+        """Write the lr of optimizer step `step` into `lr`; the caller counts the step once it was taken."""
         lr.copy_(self.value(step))
-        step.add_(1.0)
 
 
 class FlashSAC(OffPolicyAlgorithm):
@@ -78,6 +86,22 @@ class FlashSAC(OffPolicyAlgorithm):
     (k <= 16); initial temperature 0.01; tau 0.01; Adam at 3e-4 decaying to 1.5e-4;
     fp16 autocast with loss scaling; GPU recipe batch 2048 with 2 updates per vector
     step of 1024 envs, critic 256 wide x 2 blocks, actor 128 wide x 2 blocks.
+
+    Where it departs from the reference, and why:
+
+    - Exploration noise is held per env: each env draws its own hold length and redraws
+      when its hold runs out or its episode restarts. The reference holds one noise draw
+      for one length across all envs, so every env switches on the same step. Held per
+      env here because exploration state is reset per env from the collector's done flags
+      (design property 3: a new episode never inherits the last one's noise), which a
+      single shared hold cannot do without also cutting every other env's hold.
+    - The replay holds 1M transitions (conf/replay/default.yaml, shared with FastSAC)
+      where the reference's recipe keeps 10M. The published runs used 1M, so at their
+      ~25-150k env steps/s it holds the last ~7-40 s of experience; 10M
+      (`replay.capacity=10000000`, ~4.4 GB of device memory for Humanoid) is one override
+      away but was not measured, so the default stays what the results were made with.
+    - An update whose batch, loss or gradients are not finite is skipped on the device
+      (`_phase`); the reference would apply it.
     """
 
     def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device) -> None:
@@ -127,10 +151,17 @@ class FlashSAC(OffPolicyAlgorithm):
         self.temp_opt = make_adam([self.log_temp], self.lrs["temp"], (0.9, 0.999), 0.0, decoupled=False)
         self.scaler = LossScaler(dev, enabled=self.amp_dtype == torch.float16)
 
+        self.actor_stats = running_stats(self.actor)
+        self.critic_stats = running_stats(self.critic)
+
         self._critic_loss = self.maybe_compile(self._critic_loss_fn)
         self._actor_loss = self.maybe_compile(self._actor_loss_fn)
-        self._renormalize_actor = self.maybe_compile(lambda: renormalize_modules(self.actor))
-        self._renormalize_critic = self.maybe_compile(lambda: renormalize_modules(self.critic))
+        self._renormalize_actor = self.maybe_compile(lambda ok: renormalize_modules(self.actor, ok))
+        self._renormalize_critic = self.maybe_compile(lambda ok: renormalize_modules(self.critic, ok))
+        self._snapshot_actor_stats = self.maybe_compile(lambda: [t.clone() for t in self.actor_stats])
+        self._snapshot_critic_stats = self.maybe_compile(lambda: [t.clone() for t in self.critic_stats])
+        self._keep_actor_stats = self.maybe_compile(lambda saved, ok: keep_stats_if_(self.actor_stats, saved, ok))
+        self._keep_critic_stats = self.maybe_compile(lambda saved, ok: keep_stats_if_(self.critic_stats, saved, ok))
         self._explore_fn = self.maybe_compile(self._explore_impl)
         self._act_fn = self.maybe_compile(self._act_impl)
 
@@ -168,8 +199,8 @@ class FlashSAC(OffPolicyAlgorithm):
     @torch.no_grad()
     def _td_target(
         self, obs_c: Tensor, action: Tensor, reward: Tensor, next_obs_a: Tensor, next_obs_c: Tensor, terminated: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Projected soft TD target (B, K) from the lower-mean target critic; also the cross-batch inputs."""
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Projected soft TD target (B, K) from the lower-mean target critic, the cross-batch inputs, log pi(a'|s')."""
         batch_size = obs_c.shape[0]
         mean, log_std = self.actor.dist(next_obs_a, training=False)
         next_action, next_log_prob = tanh_gaussian_sample(mean, log_std)
@@ -183,54 +214,70 @@ class FlashSAC(OffPolicyAlgorithm):
         selected = next_probs.gather(0, index).squeeze(0)  # (B, K)
         discount = bootstrap_discount(self.gamma, terminated)  # truncated rows keep the bootstrap
         soft_reward = reward - discount * self.log_temp.exp() * next_log_prob
-        return categorical_projection(selected, soft_reward, discount, self.atoms), obs_all, action_all
+        return categorical_projection(selected, soft_reward, discount, self.atoms), obs_all, action_all, next_log_prob
 
     def _critic_loss_fn(
         self, obs_c: Tensor, action: Tensor, reward: Tensor, next_obs_a: Tensor, next_obs_c: Tensor, terminated: Tensor
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         batch_size = obs_c.shape[0]
         with self.autocast():
-            target, obs_all, action_all = self._td_target(obs_c, action, reward, next_obs_a, next_obs_c, terminated)
+            target, obs_all, action_all, _ = self._td_target(obs_c, action, reward, next_obs_a, next_obs_c, terminated)
             # cross-batch: the online critic also sees (s, a) and (s', a') in one pass; loss on the (s, a) half
             logits = self.critic(obs_all, action_all, training=True)
             log_probs = F.log_softmax(logits[:, :batch_size].float(), dim=-1)
             loss = -(target.unsqueeze(0) * log_probs).sum(-1).mean()
-        return loss, expected_value(log_probs.detach().exp(), self.atoms).mean()
+        return loss, {
+            "q_mean": expected_value(log_probs.detach().exp(), self.atoms).mean(),
+            # target mass on the ends of [-G_max, G_max]: reward scaling should keep it near 0
+            "support_top": target[..., -1].mean(),
+            "support_bottom": target[..., 0].mean(),
+        }
 
     # ------------------------------------------------------------------ one phase
 
     def _phase(self, replay, schedule: tuple[bool, ...]) -> dict[str, Tensor]:
+        """One replay sample split across the updates; each update is gated by its own validity.
+
+        An update is valid while its rows, its losses and (without fp16 loss scaling) its
+        gradients are finite. Each step of the update, actor (with its BatchNorm statistics,
+        renormalisation and lr-schedule step), temperature, critic (likewise), then the
+        Polyak step, is taken only if everything before it in the update was valid: a
+        non-finite batch, the case that occurs (NaN from the physics), moves nothing.
+        Skipped updates count in `train/nonfinite_updates` and `nonfinite_streak`.
+        """
         batch_size = self.batch_size
         batch = replay.sample(batch_size * len(schedule))
         obs_a, next_obs_a = batch.obs[self.actor_key], batch.next_obs[self.actor_key]
         obs_c, next_obs_c = batch.obs[self.critic_key], batch.next_obs[self.critic_key]
         reward = batch.reward if self.reward_scaler is None else self.reward_scaler(batch.reward)
-        sums: dict[str, Tensor] = {}
-        counts: dict[str, int] = {}
-
-        def add(name: str, value: Tensor) -> None:
-            sums[name] = sums[name] + value.detach() if name in sums else value.detach().float()
-            counts[name] = counts.get(name, 0) + 1
+        rows_ok = finite_rows(*batch.obs.values(), *batch.next_obs.values(), batch.action, reward, batch.terminated)
+        metrics = PhaseMetrics()
+        nonfinite = torch.zeros((), device=self.device)
 
         for i, update_actor in enumerate(schedule):
             rows = slice(i * batch_size, (i + 1) * batch_size)
+            ok = rows_ok[rows].all().float()
             if update_actor:
+                saved = self._snapshot_actor_stats()
                 with frozen(self.critic):
                     actor_loss, entropy = self._actor_loss(obs_a[rows], next_obs_a[rows], obs_c[rows])
-                    self.lr_schedule.advance(self.lrs["actor"], self.opt_steps["actor"])
+                    self.lr_schedule.set_lr(self.lrs["actor"], self.opt_steps["actor"])
                     self.actor_opt.zero_grad(set_to_none=True)
-                    self.scaler.step(actor_loss, self.actor_opt, self.actor_params)
-                self._renormalize_actor()
+                    ok = self.scaler.step(actor_loss, self.actor_opt, self.actor_params, allowed=ok)
+                self.opt_steps["actor"].add_(ok)
+                self._keep_actor_stats(saved, ok)
+                self._renormalize_actor(ok)
                 temp = self.log_temp.exp()
                 temp_loss = (temp * (entropy - self.target_entropy)).sum()
-                self.lr_schedule.advance(self.lrs["temp"], self.opt_steps["temp"])
+                self.lr_schedule.set_lr(self.lrs["temp"], self.opt_steps["temp"])
                 self.temp_opt.zero_grad(set_to_none=True)
-                temp_loss.backward()
-                self.temp_opt.step()
-                add("loss/actor", actor_loss)
-                add("loss/alpha", temp_loss)
-                add("train/entropy", entropy)
-            critic_loss, q_mean = self._critic_loss(
+                ok = finite_step(temp_loss, self.temp_opt, [self.log_temp], allowed=ok)
+                self.opt_steps["temp"].add_(ok)
+                metrics.add("loss/actor", actor_loss, ok)
+                metrics.add("loss/alpha", temp_loss, ok)
+                metrics.add("train/entropy", entropy, ok)
+            saved = self._snapshot_critic_stats()
+            critic_loss, info = self._critic_loss(
                 obs_c[rows],
                 batch.action[rows],
                 reward[rows],
@@ -238,19 +285,25 @@ class FlashSAC(OffPolicyAlgorithm):
                 next_obs_c[rows],
                 batch.terminated[rows],
             )
-            self.lr_schedule.advance(self.lrs["critic"], self.opt_steps["critic"])
+            self.lr_schedule.set_lr(self.lrs["critic"], self.opt_steps["critic"])
             self.critic_opt.zero_grad(set_to_none=True)
-            self.scaler.step(critic_loss, self.critic_opt, self.critic_params)
-            self._renormalize_critic()
-            soft_update_(self.target_params, self.critic_params, self.tau)
-            add("loss/critic", critic_loss)
-            add("train/q_mean", q_mean)
-        metrics = {name: total / counts[name] for name, total in sums.items()}
-        metrics["train/alpha"] = self.log_temp.detach().exp().squeeze(0)
-        metrics["train/lr"] = self.lrs["critic"].detach().clone()
+            ok = self.scaler.step(critic_loss, self.critic_opt, self.critic_params, allowed=ok)
+            self.opt_steps["critic"].add_(ok)
+            self._keep_critic_stats(saved, ok)
+            self._renormalize_critic(ok)
+            soft_update_(self.target_params, self.critic_params, self.tau, allowed=ok)
+            metrics.add("loss/critic", critic_loss, ok)
+            metrics.add("train/q_mean", info["q_mean"], ok)
+            metrics.add("train/q_support_saturation", info["support_top"], ok)
+            metrics.add("train/q_support_saturation_low", info["support_bottom"], ok)
+            nonfinite = nonfinite + self._end_update(ok)
+        out = metrics.means()
+        out["train/alpha"] = self.log_temp.detach().exp().squeeze(0)
+        out["train/lr"] = self.lrs["critic"].detach().clone()
+        out["train/nonfinite_updates"] = nonfinite
         if self.reward_scaler is not None:
-            metrics["train/reward_scale"] = self.reward_scaler.denominator().detach()
-        return metrics
+            out["train/reward_scale"] = self.reward_scaler.denominator().detach()
+        return out
 
     # ------------------------------------------------------------------ inference
 

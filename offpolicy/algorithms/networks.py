@@ -119,6 +119,11 @@ class FastSACActor(nn.Module):
 # --------------------------------------------------------------------------- FlashSAC
 
 
+def _assign(param: Tensor, value: Tensor, allowed: Tensor | None) -> None:
+    """param <- value, or only where `allowed` (0/1 tensor) is 1: a select, so nothing moves when it is 0."""
+    param.copy_(value if allowed is None else torch.where(allowed > 0, value, param))
+
+
 class UnitLinear(nn.Module):
     """Bias-free linear layer(s) (E, out, in) whose rows are kept at unit L2 norm; orthogonal init."""
 
@@ -134,9 +139,9 @@ class UnitLinear(nn.Module):
         return torch.bmm(x, self.weight.transpose(1, 2))
 
     @torch.no_grad()
-    def renormalize_(self) -> None:
-        """Project every row back onto the unit sphere."""
-        self.weight.copy_(F.normalize(self.weight, dim=-1, eps=1e-8))
+    def renormalize_(self, allowed: Tensor | None = None) -> None:
+        """Project every row back onto the unit sphere (where `allowed`, a 0/1 tensor, is 1)."""
+        _assign(self.weight, F.normalize(self.weight, dim=-1, eps=1e-8), allowed)
 
 
 class UnitBatchNorm(nn.Module):
@@ -168,13 +173,13 @@ class UnitBatchNorm(nn.Module):
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight.unsqueeze(1) + self.bias.unsqueeze(1)
 
     @torch.no_grad()
-    def renormalize_(self) -> None:
-        """Rescale (gamma, beta) jointly to L2 norm sqrt(D) per member."""
+    def renormalize_(self, allowed: Tensor | None = None) -> None:
+        """Rescale (gamma, beta) jointly to L2 norm sqrt(D) per member (where `allowed` is 1)."""
         dim = self.weight.shape[-1]
         norm = torch.sqrt((self.weight.pow(2) + self.bias.pow(2)).sum(-1, keepdim=True) + 1e-8)
         factor = math.sqrt(dim) / norm
-        self.weight.mul_(factor)
-        self.bias.mul_(factor)
+        _assign(self.weight, self.weight * factor, allowed)
+        _assign(self.bias, self.bias * factor, allowed)
 
 
 class UnitRMSNorm(nn.Module):
@@ -190,10 +195,11 @@ class UnitRMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.unsqueeze(1)
 
     @torch.no_grad()
-    def renormalize_(self) -> None:
-        """Rescale the scale vector to L2 norm sqrt(D)."""
+    def renormalize_(self, allowed: Tensor | None = None) -> None:
+        """Rescale the scale vector to L2 norm sqrt(D) (where `allowed` is 1)."""
         dim = self.weight.shape[-1]
-        self.weight.mul_(math.sqrt(dim) / torch.sqrt(self.weight.pow(2).sum(-1, keepdim=True) + 1e-8))
+        factor = math.sqrt(dim) / torch.sqrt(self.weight.pow(2).sum(-1, keepdim=True) + 1e-8)
+        _assign(self.weight, self.weight * factor, allowed)
 
 
 class InvertedResidualBlock(nn.Module):
@@ -233,11 +239,23 @@ class FlashSACTrunk(nn.Module):
         return self.out_norm(h)
 
 
-def renormalize_modules(module: nn.Module) -> None:
-    """Apply every `renormalize_` in `module` (after each optimizer step)."""
+def renormalize_modules(module: nn.Module, allowed: Tensor | None = None) -> None:
+    """Apply every `renormalize_` in `module` (after each optimizer step; only where `allowed` is 1)."""
     for m in module.modules():
         if m is not module and hasattr(m, "renormalize_"):
-            m.renormalize_()
+            m.renormalize_(allowed)
+
+
+def running_stats(module: nn.Module) -> list[Tensor]:
+    """The BatchNorm running statistics of `module` (buffers updated by forward passes in training mode)."""
+    return [t for m in module.modules() if isinstance(m, UnitBatchNorm) for t in (m.running_mean, m.running_var)]
+
+
+@torch.no_grad()
+def keep_stats_if_(stats: list[Tensor], saved: list[Tensor], allowed: Tensor) -> None:
+    """Put `saved` back into `stats` unless `allowed` is 1 (a skipped update's forward passes leave no trace)."""
+    for current, before in zip(stats, saved):
+        current.copy_(torch.where(allowed > 0, current, before))
 
 
 class FlashSACActor(nn.Module):

@@ -37,11 +37,15 @@ class EmpiricalNormalizer(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, x: Tensor) -> None:
-        """Fold the rows of `x` (B, dim) into the statistics."""
+    def update(self, x: Tensor, allowed: Tensor | None = None) -> None:
+        """Fold the rows of `x` (B, dim) into the statistics; with `allowed` (0/1 tensor) only where it is 1."""
         x = x.float()
         batch_var, batch_mean = torch.var_mean(x, dim=0, correction=0)
         mean, var, count = merge_moments(self.mean, self.var, self.count, batch_mean, batch_var, float(x.shape[0]))
+        if allowed is not None:  # select, not blend: a skipped batch may hold NaN
+            keep = allowed > 0
+            mean, var = torch.where(keep, mean, self.mean), torch.where(keep, var, self.var)
+            count = torch.where(keep, count, self.count)
         self.mean.copy_(mean)
         self.var.copy_(var)
         self.count.copy_(count)
@@ -70,18 +74,26 @@ class RewardScaler(nn.Module):
 
     @torch.no_grad()
     def update(self, reward: Tensor, terminated: Tensor, truncated: Tensor) -> None:
-        """Advance every env's discounted return by one step and fold it into the statistics."""
+        """Advance every env's discounted return by one step and fold it into the statistics.
+
+        A vector step with a non-finite reward is left out entirely (returns and statistics
+        stay as they were): one NaN would otherwise poison the scale of every later reward.
+        """
+        reward = reward.float()
+        keep = torch.isfinite(reward).all()
         done = torch.maximum(terminated.float(), truncated.float())
-        g = self.gamma * (1.0 - done) * self.discounted_return + reward.float()
-        self.discounted_return.copy_(g)
-        self.return_abs_max.copy_(torch.maximum(self.return_abs_max, g.abs().max()))
+        g = self.gamma * (1.0 - done) * self.discounted_return + reward
         batch_var, batch_mean = torch.var_mean(g, correction=0)
         mean, var, count = merge_moments(
             self.return_mean, self.return_var, self.count, batch_mean, batch_var, float(g.shape[0])
         )
-        self.return_mean.copy_(mean)
-        self.return_var.copy_(var)
-        self.count.copy_(count)
+        self.discounted_return.copy_(torch.where(keep, g, self.discounted_return))
+        self.return_abs_max.copy_(
+            torch.where(keep, torch.maximum(self.return_abs_max, g.abs().max()), self.return_abs_max)
+        )
+        self.return_mean.copy_(torch.where(keep, mean, self.return_mean))
+        self.return_var.copy_(torch.where(keep, var, self.return_var))
+        self.count.copy_(torch.where(keep, count, self.count))
 
     def denominator(self) -> Tensor:
         """The divisor applied to rewards."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from algo_stubs import FixedReplay, random_batch
 from omegaconf import OmegaConf
 from sizes import SMALL
 
@@ -16,9 +17,12 @@ NUM_ENVS, OBS_DIM, ACTION_DIM = 6, 7, 3
 
 
 def make_spec(
-    num_envs: int = NUM_ENVS, obs_dims: dict[str, int] | None = None, action_dim: int = ACTION_DIM
+    num_envs: int = NUM_ENVS,
+    obs_dims: dict[str, int] | None = None,
+    action_dim: int = ACTION_DIM,
+    reward_range: tuple[float, float] | None = (-3.0, 3.0),
 ) -> EnvSpec:
-    """A synthetic spec; dimensions only."""
+    """A synthetic spec: dimensions, and per-step reward bounds that cover `fill_replay`'s N(0, 1) rewards."""
     return EnvSpec(
         name="synthetic",
         num_envs=num_envs,
@@ -28,6 +32,7 @@ def make_spec(
         action_high=np.ones(action_dim, np.float32),
         dt=0.01,
         max_episode_steps=1000,
+        reward_range=reward_range,
     )
 
 
@@ -79,3 +84,9 @@ def filled():
 def spec_factory():
     """The `make_spec` factory."""
     return make_spec
+
+
+@pytest.fixture
+def fixed_replay():
+    """`fixed_replay(spec, rows, seed)`: a FixedReplay over `random_batch`."""
+    return lambda spec, rows, seed=0: FixedReplay(random_batch(spec, rows, seed))

@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from envs.tasks import TASKS
 from offpolicy.algorithms import make_algorithm
 from offpolicy.algorithms.config import validate
 
@@ -58,9 +59,10 @@ def test_compose_validate_and_build(config_dir, spec_factory, algo, env):
     for key, value in (specialization.get("algo") or {}).items():
         assert validated[key] == value  # the per-task file won over conf/algo/<algo>.yaml
     obs_dim, action_dim = DIMS[env]
-    built = make_algorithm(
-        cfg.algo, spec_factory(num_envs=4, obs_dims={"actor": obs_dim}, action_dim=action_dim), "cpu"
+    spec = spec_factory(
+        num_envs=4, obs_dims={"actor": obs_dim}, action_dim=action_dim, reward_range=TASKS[env]().reward_range
     )
+    built = make_algorithm(cfg.algo, spec, "cpu")
     assert built.batch_size == cfg.algo.batch_size and built.updates_per_step == cfg.algo.updates_per_step
     assert not (built.use_compile or built.use_cuda_graphs or built.amp_dtype)  # all off on CPU
 
@@ -77,8 +79,11 @@ def test_compose_and_validate_dmc(config_dir, spec_factory, algo):
             assert validated[key] == value
         # the C51 support of FastSAC follows the env's reward range, never a hand-set one for these tasks
         assert "v_min" not in specialization.algo and "v_max" not in specialization.algo
-    built = make_algorithm(cfg.algo, spec_factory(num_envs=4, obs_dims={"actor": 223}, action_dim=38), "cpu")
+    spec = spec_factory(num_envs=4, obs_dims={"actor": 223}, action_dim=38, reward_range=(0.0, 1.0))  # DMC's
+    built = make_algorithm(cfg.algo, spec, "cpu")
     assert built.updates_per_step == cfg.algo.updates_per_step
+    if algo == "fastsac":  # rewards in [0, 1]: returns in [0, 1 / (1 - gamma)]
+        assert (built.v_min, built.v_max) == pytest.approx((0.0, 1.0 / (1.0 - cfg.algo.gamma)))
 
 
 def test_algo_yaml_matches_schema_defaults():

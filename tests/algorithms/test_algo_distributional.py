@@ -38,3 +38,10 @@ def test_projection_broadcasts_over_ensemble_and_keeps_mass():
     row = 3
     expected = 0.2 + 0.5 * expected_value(probs[:, row], ATOMS)
     torch.testing.assert_close(expected_value(out[:, row], ATOMS), expected)
+
+
+def test_a_nan_reward_gives_a_nan_row_not_an_index_out_of_range():
+    probs = torch.tensor([[0.2, 0.5, 0.3], [0.2, 0.5, 0.3]])
+    out = categorical_projection(probs, torch.tensor([float("nan"), 0.5]), torch.tensor([0.5, 0.5]), ATOMS)
+    assert bool(out[0].sum().isnan())  # so is any loss over it
+    torch.testing.assert_close(out[1], torch.tensor([0.0, 0.45, 0.55]))  # the other row as by hand above

@@ -80,9 +80,16 @@ def test_loss_scaler_skips_non_finite_steps_and_backs_off():
     p = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
     opt = make_adam([p], torch.tensor(0.1), (0.9, 0.999), 0.0, decoupled=False)
     scaler = LossScaler(torch.device("cpu"), enabled=True, init_scale=8.0, growth_interval=2)
-    scaler.step((p * torch.tensor([float("inf"), 1.0])).sum(), opt, [p])
+    # a finite loss (3e38) whose gradients overflow once scaled by 8: the scaler's own business
+    valid = scaler.step((p * 1e38).sum(), opt, [p])
     torch.testing.assert_close(p.detach(), torch.tensor([1.0, 2.0]))  # step skipped
     assert float(scaler.scale) == 4.0 and float(opt.state[p]["step"]) == 0.0
+    assert float(valid) == 1.0  # not a non-finite update
+    opt.zero_grad(set_to_none=True)
+    # a non-finite loss: skipped and reported, and the scale stays (lowering it cannot help)
+    valid = scaler.step((p * torch.tensor([float("nan"), 1.0])).sum(), opt, [p])
+    torch.testing.assert_close(p.detach(), torch.tensor([1.0, 2.0]))
+    assert float(valid) == 0.0 and float(scaler.scale) == 4.0 and float(opt.state[p]["step"]) == 0.0
     opt.zero_grad(set_to_none=True)
     scaler.step((3.0 * p).sum(), opt, [p])
     torch.testing.assert_close(p.grad, torch.tensor([3.0, 3.0]))  # unscaled in place

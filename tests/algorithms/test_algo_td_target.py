@@ -55,7 +55,7 @@ def test_termination_flag_alone_decides_the_bootstrap(small, terminated, expecte
 def test_flashsac_takes_the_lower_critic_and_cuts_on_termination(small):
     algo = _tiny(small, "flashsac")
     action = torch.zeros(3, 3)
-    target, obs_all, _ = algo._td_target(OBS, action, REWARD, NEXT_OBS, NEXT_OBS, TERMINATED)
+    target, obs_all, _, _ = algo._td_target(OBS, action, REWARD, NEXT_OBS, NEXT_OBS, TERMINATED)
     # min-Q: member 1 (mass on -1 for the positive next_obs) has the lower mean on every row
     expected = torch.tensor([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.3, 0.7, 0.0]])
     torch.testing.assert_close(target, expected, atol=1e-5, rtol=0)

@@ -47,6 +47,7 @@ def spec(num_envs: int = NUM_ENVS, obs_dim: int = OBS_DIM) -> EnvSpec:
         action_high=np.ones(ACTION_DIM, np.float32),
         dt=0.01,
         max_episode_steps=1000,
+        reward_range=(-1.0, 1.0),  # FastSAC sizes its value support from it
     )
 
 
@@ -283,7 +284,10 @@ def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
     env = envs.make("hopper", 1)
     obs_dim, act_dim = env.spec.obs_dims["actor"], env.spec.action_dim
     env.close()
-    hopper = EnvSpec("hopper", 4, {"actor": obs_dim}, act_dim, -np.ones(act_dim), np.ones(act_dim), 0.008, 1000)
+    hopper = EnvSpec(
+        "hopper", 4, {"actor": obs_dim}, act_dim, -np.ones(act_dim), np.ones(act_dim), 0.008, 1000,
+        reward_range=env.spec.reward_range,
+    )  # fmt: skip
     algo = make_algorithm(OmegaConf.create({"name": "fastsac", **SMALL["fastsac"]}), hopper, "cpu")
     ident = RunIdentity("fastsac", "hopper", {"actor": obs_dim}, act_dim, 4)
     ck.save_checkpoint(good, ck.build_checkpoint(ident, algo.state_dict(), {**counters(8), "ticks": 2}))

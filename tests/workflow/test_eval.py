@@ -136,7 +136,10 @@ def hopper_checkpoint(path: Path) -> Path:
     env = envs.make("hopper", 1)
     s = env.spec
     env.close()
-    train_spec = EnvSpec("hopper", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000)
+    train_spec = EnvSpec(
+        "hopper", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000,
+        reward_range=s.reward_range,
+    )  # fmt: skip
     torch.manual_seed(0)
     algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
     ident = ck.RunIdentity("fastsac", "hopper", dict(s.obs_dims), s.action_dim, 4)
@@ -177,7 +180,10 @@ def humanoid_checkpoint(path: Path) -> Path:
     env = envs.make("humanoid", 1)
     s = env.spec
     env.close()
-    train_spec = EnvSpec("humanoid", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000)
+    train_spec = EnvSpec(
+        "humanoid", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000,
+        reward_range=s.reward_range,
+    )  # fmt: skip
     torch.manual_seed(0)
     algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
     ident = ck.RunIdentity("fastsac", "humanoid", dict(s.obs_dims), s.action_dim, 4)

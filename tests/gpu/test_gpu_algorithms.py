@@ -1,0 +1,230 @@
+"""The path every published result uses, on CUDA: torch.compile + CUDA graphs + autocast, against eager.
+
+Run with `python -m pytest -m gpu` (deselected by default; skipped without CUDA). For each
+algorithm in fp32 and in its published autocast dtype (FastSAC bf16, FlashSAC fp16 with loss
+scaling), two copies start from the same state and see the same batches: an eager one
+(`compile=false, cuda_graphs=false`) and the production one (`compile=true, cuda_graphs=true`).
+Inductor is told to draw random numbers with the eager kernels (`fallback_random`), and the CUDA
+generator is reseeded before every call, so both copies sample the same noise and any
+difference is arithmetic: fused kernels round differently, most of all in bf16/fp16.
+
+Tolerances, about ten times what an H200 showed (torch 2.11; printed with `-s`, committed in
+benchmark/outputs/gpu_tests/), room for other GPUs and versions while a real error (a missing
+step, a wrong sign, a skipped graph node) moves things by orders of magnitude more:
+- Losses, phase by phase (absolute below 1): relative 1e-5 in fp32 (seen <= 1e-6: fused kernels
+  reorder sums), 1e-2 in bf16 (seen 9e-4: 8 mantissa bits round where fusion puts the casts),
+  1e-3 in fp16 (seen 4e-5: 11 mantissa bits).
+- Parameters after the phases: |theta_compiled - theta_eager| against how far training moved
+  them, |theta_eager - theta_start|: 5e-3 in fp32 (seen 6e-4), 2e-2 in bf16 (seen 1.3e-3), 5e-2
+  in fp16 (seen 6.7e-3): Adam's sign-like steps turn a rounding flip of a near-zero gradient into
+  a full lr-sized difference on that weight.
+- Actions of the inference graph against eager `act`/`explore`: 1e-5 where inference runs in
+  fp32 (FlashSAC's always does; seen <= 1.5e-6), 2e-2 in bf16 (FastSAC's actor runs under
+  autocast; seen 2.5e-3).
+- A policy restored from a checkpoint of the graph-captured run, run the same way: 1e-6.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from algo_stubs import FixedReplay, random_batch
+from omegaconf import OmegaConf
+
+from envs.core import EnvSpec
+from offpolicy import checkpoint as ck
+from offpolicy.algorithms import make_algorithm
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU suite needs CUDA"),
+]
+
+NUM_ENVS, OBS_DIM, ACTION_DIM = 16, 11, 3
+SIZES = {
+    "fastsac": dict(batch_size=256, critic_hidden_dim=128, actor_hidden_dim=64, updates_per_step=8),
+    "flashsac": dict(
+        batch_size=256, critic_hidden_dim=64, actor_hidden_dim=32, critic_num_blocks=1, actor_num_blocks=1,
+        updates_per_step=2,
+    ),
+}  # fmt: skip
+CASES = [("fastsac", "none"), ("fastsac", "bf16"), ("flashsac", "none"), ("flashsac", "fp16")]
+PHASES = 5  # graph_warmup_calls=2 eager calls, the capture on the 3rd, replays after
+LOSS_RTOL = {"none": 1e-5, "bf16": 1e-2, "fp16": 1e-3}
+PARAM_DRIFT = {"none": 5e-3, "bf16": 2e-2, "fp16": 5e-2}
+ACTION_ATOL = {"none": 1e-5, "bf16": 2e-2, "fp16": 1e-5}
+
+
+def _spec() -> EnvSpec:
+    ones = np.ones(ACTION_DIM, np.float32)
+    return EnvSpec(
+        "synthetic", NUM_ENVS, {"actor": OBS_DIM}, ACTION_DIM, -ones, ones, 0.01, 1000, reward_range=(-3.0, 3.0)
+    )
+
+
+def _build(name: str, amp: str, production: bool):
+    cfg = {"name": name, **SIZES[name], "amp": amp, "compile": production, "cuda_graphs": production}
+    return make_algorithm(OmegaConf.create(cfg), _spec(), "cuda")
+
+
+def _params(algo) -> dict[str, torch.Tensor]:
+    modules = {"actor": algo.actor, "critic": algo.critic, "target_critic": algo.target_critic}
+    out = {f"{m}/{k}": v.detach().float().clone() for m, mod in modules.items() for k, v in mod.state_dict().items()}
+    temperature = algo.log_alpha if algo.cfg.name == "fastsac" else algo.log_temp
+    out["log_temperature"] = temperature.detach().clone()
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def eager_random_numbers():
+    """Compiled code draws random numbers with the eager kernels, so both paths see the same noise.
+
+    The suite compiles the same loss functions for several algorithm instances (each a guard
+    failure and a recompile): a higher cache limit keeps Dynamo from quietly falling back to eager.
+    """
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.fallback_random, dynamo_config.cache_size_limit, dynamo_config.accumulated_cache_size_limit
+    inductor_config.fallback_random = True
+    dynamo_config.cache_size_limit = dynamo_config.accumulated_cache_size_limit = 256
+    yield
+    inductor_config.fallback_random, dynamo_config.cache_size_limit, dynamo_config.accumulated_cache_size_limit = before
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{n}-{a}" for n, a in CASES])
+def trained(request):
+    """An eager and a production copy of one algorithm after PHASES identical update phases."""
+    name, amp = request.param
+    torch.manual_seed(0)
+    eager = _build(name, amp, production=False)
+    production = _build(name, amp, production=True)
+    production.load_state_dict(copy.deepcopy(eager.state_dict()))
+    start = _params(eager)
+    replay = FixedReplay(random_batch(_spec(), 8 * 256, seed=1).to("cuda"))
+    k = eager.updates_per_step
+    metrics = []
+    for phase in range(PHASES):
+        torch.cuda.manual_seed(1000 + phase)
+        m_eager = eager.update_phase(replay, k)
+        torch.cuda.manual_seed(1000 + phase)
+        m_prod = production.update_phase(replay, k)
+        metrics.append(({n: float(v) for n, v in m_eager.items()}, {n: float(v) for n, v in m_prod.items()}))
+    torch.cuda.synchronize()
+    return dict(name=name, amp=amp, eager=eager, production=production, start=start, replay=replay, metrics=metrics)
+
+
+def test_compiled_graph_update_phases_match_eager(trained):
+    name, amp, production = trained["name"], trained["amp"], trained["production"]
+    assert production.use_compile and production.use_cuda_graphs and not production.graph_errors
+    assert any(key[0] == "phase" for key in production._captured)  # the phases really ran as a graph
+    worst = 0.0
+    for phase, (m_eager, m_prod) in enumerate(trained["metrics"]):
+        for key in ("loss/critic", "loss/actor", "loss/alpha", "train/q_mean"):
+            e, p = m_eager[key], m_prod[key]
+            rel = abs(p - e) / max(abs(e), 1.0)  # relative, absolute below 1 (q_mean starts at ~0)
+            worst = max(worst, rel)
+            assert rel <= LOSS_RTOL[amp], f"{name} {amp} phase {phase} {key}: eager {e:.6g}, compiled+graph {p:.6g}"
+        assert m_prod["train/nonfinite_updates"] == 0.0
+    eager_p, prod_p, start = _params(trained["eager"]), _params(production), trained["start"]
+    drifts = {}
+    for group in ("actor", "critic", "target_critic"):
+        keys = [k for k in start if k.startswith(group + "/") and start[k].is_floating_point()]
+        diff = torch.cat([(prod_p[k] - eager_p[k]).flatten() for k in keys]).norm()
+        moved = torch.cat([(eager_p[k] - start[k]).flatten() for k in keys]).norm()
+        drifts[group] = float(diff / moved)
+        assert drifts[group] <= PARAM_DRIFT[amp], f"{name} {amp} {group}: drift {drifts[group]:.3g}"
+    print(f"\n[gpu] {name} {amp}: worst loss rel diff {worst:.2e}; parameter drift {drifts}")
+
+
+def test_a_non_finite_batch_is_skipped_inside_the_graph(trained):
+    production, replay = trained["production"], trained["replay"]
+    k, batch = production.updates_per_step, production.batch_size
+    captured = dict(production._captured)
+    reward = replay.batch.reward
+    clean = reward.clone()
+    state = {n: v.clone() for n, v in _params(production).items()}
+    moments = copy.deepcopy(production.state_dict())
+    reward[torch.arange(k, device="cuda") * batch + 3] = float("nan")  # one bad row in every update, in place
+    for phase in (1, 2):  # replays of the captured graph on the poisoned storage; the streak runs across them
+        metrics = production.update_phase(replay, k)
+        torch.cuda.synchronize()
+        assert float(metrics["train/nonfinite_updates"]) == k and int(production.nonfinite_streak) == phase * k
+    assert dict(production._captured) == captured and not production.graph_errors
+    after = _params(production)
+    assert all(torch.equal(state[n], after[n]) for n in state), [
+        n for n in state if not torch.equal(state[n], after[n])
+    ]
+    for opt in ("critic_opt", "actor_opt"):
+        for pid, st in moments[opt]["state"].items():
+            now = production.state_dict()[opt]["state"][pid]
+            assert torch.equal(st["exp_avg"], now["exp_avg"]) and torch.equal(st["step"], now["step"]), opt
+    reward.copy_(clean)
+    metrics = production.update_phase(replay, k)
+    assert float(metrics["train/nonfinite_updates"]) == 0.0 and int(production.nonfinite_streak) == 0
+    print(
+        f"\n[gpu] {trained['name']} {trained['amp']}: 2 x {k} poisoned updates skipped inside the graph, streak reset"
+    )
+
+
+def test_inference_graph_matches_eager_act_and_explore(trained):
+    name, amp = trained["name"], trained["amp"]
+    production = trained["production"]
+    eager = _build(name, amp, production=False)
+    eager.load_state_dict(copy.deepcopy(production.state_dict()))  # same parameters, fresh exploration state
+    production.load_state_dict(copy.deepcopy(production.state_dict()))  # ... on both (drops captured graphs)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    worst_act = worst_explore = 0.0
+    held, kept = None, 0
+    for tick in range(6):  # 2 warm-up calls, the capture, then replays
+        obs = {"actor": torch.randn(NUM_ENVS, OBS_DIM, device="cuda", generator=gen)}
+        reset = torch.rand(NUM_ENVS, device="cuda", generator=gen) < 0.2
+        a_graph, a_eager = production.act(obs), eager.act(obs)
+        worst_act = max(worst_act, float((a_graph - a_eager).abs().max()))
+        torch.testing.assert_close(a_graph, a_eager, atol=ACTION_ATOL[amp], rtol=0)
+        torch.cuda.manual_seed(50 + tick)
+        e_graph = production.explore(obs, reset)
+        if name == "fastsac":  # fresh noise every step, from one random draw: the same numbers both ways
+            torch.cuda.manual_seed(50 + tick)
+            e_eager = eager.explore(obs, reset)
+        else:
+            # FlashSAC draws noise and hold lengths in one compiled region, and Inductor may order the two
+            # draws either way: compare the arithmetic on the noise the graph actually held instead
+            hold = production.noise_hold
+            with torch.no_grad():
+                mean, log_std = eager.actor.dist(obs["actor"], training=False)
+                e_eager = torch.tanh(mean + log_std.exp() * hold.noise)
+            if held is not None:  # envs neither reset nor at the end of their hold keep their noise
+                keep = ~reset & (hold.count > 1)
+                kept += int(keep.sum())
+                assert torch.equal(hold.noise[keep], held[0][keep])
+                assert bool((hold.count[keep] == held[1][keep] + 1).all())
+                assert not bool((hold.noise[reset] == held[0][reset]).any())  # reset envs drew afresh
+            held = (hold.noise.clone(), hold.count.clone())
+        worst_explore = max(worst_explore, float((e_graph - e_eager).abs().max()))
+        torch.testing.assert_close(e_graph, e_eager, atol=ACTION_ATOL[amp], rtol=0)
+    assert {key[0] for key in production._captured} >= {"act", "explore"} and not production.graph_errors
+    assert name == "fastsac" or kept > 0  # some held noise was really carried across replays
+    print(f"\n[gpu] {name} {amp}: act max |diff| {worst_act:.2e}, explore max |diff| {worst_explore:.2e}")
+
+
+def test_policy_restored_from_a_checkpoint_of_a_graph_run_acts_the_same(trained, tmp_path):
+    name, amp, live = trained["name"], trained["amp"], trained["production"]
+    identity = ck.RunIdentity(name, "synthetic", {"actor": OBS_DIM}, ACTION_DIM, NUM_ENVS)
+    counters = {"env_steps": 0, "ticks": 0, "updates": live.total_updates, "policy_version": live.policy_version}
+    path = ck.save_checkpoint(tmp_path / "graph_run.pt", ck.build_checkpoint(identity, live.state_dict(), counters))
+    data = ck.load_checkpoint(path, map_location="cuda")
+    restored = {mode: _build(name, amp, production=mode == "production") for mode in ("production", "eager")}
+    for algo in restored.values():
+        ck.load_algorithm_state(algo, data, path)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    for _ in range(5):  # past the warm-up calls and the capture of both
+        obs = {"actor": torch.randn(NUM_ENVS, OBS_DIM, device="cuda", generator=gen)}
+        live_action = live.act(obs)
+        torch.testing.assert_close(restored["production"].act(obs), live_action, atol=1e-6, rtol=0)
+        torch.testing.assert_close(restored["eager"].act(obs), live_action, atol=ACTION_ATOL[amp], rtol=0)
+    assert restored["production"].policy_version == live.policy_version
+    print(f"\n[gpu] {name} {amp}: restored policy acts as the live graph-captured one")
