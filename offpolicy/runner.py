@@ -665,6 +665,8 @@ class Runner:
             "graph_errors": dict(getattr(self.algorithm, "graph_errors", {}) or {}),
             # host seconds of the first calls, which carry torch.compile and CUDA-graph warm-up
             "warmup_s": dict(learner.warmup_s),
+            # snapshot evaluations that finished during the loop (the final one is `snapshot_eval`)
+            "snapshot_evaluations": len([r for r in learner.eval_history if not r.get("final")]),
             "replay_size": len(self.replay),
             **learner.final_counters,
             "device": str(self.device),
