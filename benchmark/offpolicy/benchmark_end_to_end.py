@@ -166,9 +166,24 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     kept_trace = False
+    meta = {
+        "num_envs": num_envs,
+        "ticks": ticks,
+        "learner_cpus": learner,
+        "collector_cpus": collector,
+        "steady_fraction": args.steady_fraction,
+        "quick": args.quick,
+        "record_ticks": record_ticks,
+    }
+    planned = len(args.tasks) * (2 + len(args.algos))
+
+    def save() -> Path:  # after every row: a run cut short by its time limit keeps what it measured
+        return write_results("end_to_end", rows, {**meta, "measurements": f"{len(rows)} of {planned}"}, out)
+
     for task in args.tasks:
         bare = bare_physics(task, num_envs, ticks=max(ticks // 3, 20), warmup=10, collector_cpus=collector, seed=0)
         rows.append({"task": task, "run": "bare_physics_uniform_actions", "env_steps_per_s": bare})
+        save()
         print(f"{task:8s} bare, uniform actions {bare:9.0f} env-steps/s", flush=True)
         runs = [("ceiling", ["algo=fastsac", "train.updates_per_step=0", "train.learning_starts=0", *quick_nets])]
         runs += [(algo, [f"algo={algo}", f"train.learning_starts={4 * num_envs}", *quick_nets]) for algo in args.algos]
@@ -207,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["ratio_to_ceiling"] = stats["env_steps_per_s"] / ceiling
                 row["target"] = "ratio_to_replayed_bare >= 0.95 while learner_busy_fraction < 0.9"
             rows.append(row)
+            save()
             ratio = row.get("ratio_to_bare", row.get("ratio_to_ceiling"))
             print(
                 f"{task:8s} {name:18s} replay-ref {row['ratio_to_replayed_bare']:.3f} "
@@ -218,15 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if row["graph_errors"]:
                 print(f"   graph capture fell back to eager: {row['graph_errors']}", flush=True)
-    meta = {
-        "num_envs": num_envs,
-        "ticks": ticks,
-        "learner_cpus": learner,
-        "collector_cpus": collector,
-        "steady_fraction": args.steady_fraction,
-        "quick": args.quick,
-    }
-    folder = write_results("end_to_end", rows, meta, out)
+    folder = save()
     print(f"results: {folder}")
     return 0
 

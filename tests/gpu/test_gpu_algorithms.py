@@ -232,13 +232,14 @@ def test_policy_restored_from_a_checkpoint_of_a_graph_run_acts_the_same(trained,
 
 def test_snapshot_actor_stays_frozen_in_the_compiled_graph_while_training_moves_on(trained):
     """`act_snapshot` (compiled, graph-captured, the actor swapped for its frozen copy) acts like eager `act`
-    of the parameters it froze, and keeps doing so through further update phases until the next snapshot."""
+    of the parameters it froze, and keeps doing so while the live actor changes (update phases, then a
+    perturbation large enough to show at any precision), until the next snapshot refreshes it in place."""
     name, amp = trained["name"], trained["amp"]
     production, replay = trained["production"], trained["replay"]
     reference = _build(name, amp, production=False)
     gen = torch.Generator(device="cuda").manual_seed(11)
     obs = [{"actor": torch.randn(16, OBS_DIM, device="cuda", generator=gen)} for _ in range(5)]
-    for round_ in range(2):  # a snapshot, phases, then a second snapshot refreshed in place
+    for round_ in range(2):  # a snapshot, a changed actor, then a second snapshot refreshed in place
         production.snapshot_actor()
         reference.load_state_dict(copy.deepcopy(production.state_dict()))  # the frozen parameters, eagerly
         frozen = [reference.act(o) for o in obs]
@@ -247,8 +248,11 @@ def test_snapshot_actor_stays_frozen_in_the_compiled_graph_while_training_moves_
         for phase in range(3):
             torch.cuda.manual_seed(2000 + 10 * round_ + phase)
             production.update_phase(replay, production.updates_per_step)
+        with torch.no_grad():  # in place: the live actor's graphs keep their addresses
+            for p in production.actor.parameters():
+                p.add_(0.3 * torch.randn(p.shape, device="cuda", generator=gen))
         live_moved = max(float((production.act(o) - f).abs().max()) for o, f in zip(obs, frozen, strict=True))
-        assert live_moved > 10 * ACTION_ATOL[amp], "training did not move the live actor: the test shows nothing"
+        assert live_moved > 5 * ACTION_ATOL[amp], f"the live actor moved only {live_moved}: the test shows nothing"
         for o, f in zip(obs, frozen, strict=True):  # the snapshot did not follow it
             torch.testing.assert_close(production.act_snapshot(o), f, atol=ACTION_ATOL[amp], rtol=0)
     assert ("act_snapshot", (16, OBS_DIM)) in production._captured and not production.graph_errors
