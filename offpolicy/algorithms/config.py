@@ -135,6 +135,8 @@ class FlashSACConfig(AlgoConfig):
     """upper end of the tanh-squashed log-std range"""
     temp_init: float = 0.01
     """initial entropy temperature"""
+    temp_max: float | None = None
+    """upper bound of the temperature (null: unbounded, as the reference); see conf/algo_env/flashsac_humanoid.yaml"""
     target_sigma: float = 0.15
     """unified target entropy is 1/2 |A| log(2 pi e sigma^2)"""
     noise_zeta_mu: float = 2.0

@@ -133,6 +133,8 @@ class FlashSAC(OffPolicyAlgorithm):
         self.target_critic = copy.deepcopy(self.critic)
         set_requires_grad(self.target_critic, False)
         self.log_temp = nn.Parameter(torch.full((1,), math.log(float(cfg.temp_init)), device=dev))
+        self.log_temp_max = None if cfg.temp_max is None else math.log(float(cfg.temp_max))
+        """upper bound of the temperature (None: unbounded, as the reference)"""
         g_max = float(cfg.normalized_g_max)
         self.atoms = torch.linspace(-g_max, g_max, int(cfg.num_bins), device=dev)
         self.reward_scaler = RewardScaler(self.num_envs, self.gamma, g_max).to(dev) if cfg.reward_scaling else None
@@ -272,6 +274,9 @@ class FlashSAC(OffPolicyAlgorithm):
                 self.lr_schedule.set_lr(self.lrs["temp"], self.opt_steps["temp"])
                 self.temp_opt.zero_grad(set_to_none=True)
                 ok = finite_step(temp_loss, self.temp_opt, [self.log_temp], allowed=ok)
+                if self.log_temp_max is not None:  # on the device, in place: graph-safe
+                    with torch.no_grad():
+                        self.log_temp.clamp_(max=self.log_temp_max)
                 self.opt_steps["temp"].add_(ok)
                 metrics.add("loss/actor", actor_loss, ok)
                 metrics.add("loss/alpha", temp_loss, ok)

@@ -234,3 +234,16 @@ def test_flashsac_soft_td_target_by_hand(small):
     assert bool((log_prob > 5.0).all())
     # min-Q: member 1 (all mass on -1) has the lower mean on every row
     torch.testing.assert_close(target, _soft_target_rows(log_prob, -1.0), atol=1e-5, rtol=0)
+
+
+def test_flashsac_temperature_bound_holds_when_the_entropy_stays_below_target(small, filled, spec):
+    """`temp_max` caps the temperature the entropy gap keeps raising (a step of Adam moves log-temp by ~lr)."""
+    capped = small("flashsac", temp_init=0.01, temp_max=0.0105, lr_init=0.05, lr_peak=0.05, lr_end=0.05,
+                   target_sigma=5.0)  # fmt: skip
+    free = small("flashsac", temp_init=0.01, lr_init=0.05, lr_peak=0.05, lr_end=0.05, target_sigma=5.0)
+    replay = filled(spec)
+    for algo in (capped, free):
+        for _ in range(3):
+            algo.update_phase(replay, 4)
+    assert float(free.log_temp.exp()) > 0.0105 * 1.05  # the target entropy is far above: alpha keeps growing
+    assert float(capped.log_temp.exp()) == pytest.approx(0.0105, rel=1e-6)
