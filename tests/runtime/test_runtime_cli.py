@@ -43,6 +43,7 @@ def test_done_command_runs_end_to_end_on_cpu(tmp_path):
     assert summary["env_steps"] == 2000 and summary["completed"]
     assert summary["replay_size"] == 2000
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert not (tmp_path / "collector.pid").exists()  # a clean exit leaves no stale pid file
     last = [r for r in rows if "perf/ingress_produced" in r][-1]  # the last training row
     assert last["env_steps"] == 2000
     assert last["perf/ingress_produced"] == last["perf/ingress_consumed"] == 250
