@@ -144,6 +144,39 @@ def main(argv=None) -> int:
                 flush=True,
             )
 
+        # Leads for keeping the device awake through the gap (measured, not yet in the runtime): a tiny kernel
+        # every `every_ms`, or one spin kernel (torch.cuda._sleep) covering most of the gap.
+        if device.type == "cuda":
+            tiny = torch.zeros(1, device=device)
+            cycles_per_ms = 1.98e6  # at the H200's 1980-MHz boost clock; a lower clock only shortens the cover
+
+            def gap_with_tiny_kernels(gap_ms: float, every_ms: float):
+                end = time.perf_counter() + gap_ms / 1e3
+                while time.perf_counter() < end:
+                    tiny.add_(1.0)
+                    time.sleep(every_ms / 1e3)
+
+            def gap_with_spin_kernel(gap_ms: float, cover: float):
+                torch.cuda._sleep(int(cover * gap_ms * cycles_per_ms))
+                time.sleep(gap_ms / 1e3)
+
+            for label, gap in (
+                ("tiny kernel every 0.5 ms", lambda: gap_with_tiny_kernels(25.0, 0.5)),
+                ("tiny kernel every 2 ms", lambda: gap_with_tiny_kernels(25.0, 2.0)),
+                ("spin kernel over 90% of it", lambda: gap_with_spin_kernel(25.0, 0.9)),
+            ):
+                lat = []
+                for i in range(args.ticks // 2 + 5):
+                    gap()
+                    t0 = time.perf_counter()
+                    learner_like(True)
+                    if i >= 5:
+                        lat.append(1e6 * (time.perf_counter() - t0))
+                lat.sort()
+                r = {"median_us": statistics.median(lat), "p90_us": lat[int(0.9 * len(lat))]}
+                rows.append({"variant": f"shm_slots+eval after 25 ms idle, {label}", "gap_ms": 25.0, **r})
+                print(f"25 ms gap, {label:28s} median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
+
         def queued_behind_work():
             for _ in range(8):  # ~ an update phase's worth of queued kernels still running
                 burst.mul_(1.0000001)
