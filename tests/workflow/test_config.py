@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from test_eval import hopper_checkpoint
+from test_eval import task_checkpoint
 
 import envs
 from offpolicy.config import (
@@ -216,7 +216,7 @@ def test_train_cli_refuses_bad_input_before_the_collector_starts(tmp_path, overr
 
 def test_eval_cli_refuses_zero_episodes(tmp_path):
     """Was: a 10-line traceback."""
-    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    path = task_checkpoint(tmp_path / "hopper.pt")
     proc = run_cli(
         "offpolicy.eval", f"checkpoint={path}", "episodes=0", f"hydra.run.dir={tmp_path / 'o'}", cwd=tmp_path
     )
@@ -225,7 +225,7 @@ def test_eval_cli_refuses_zero_episodes(tmp_path):
 
 
 def test_eval_cli_checks_task_options_in_one_line(tmp_path):
-    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    path = task_checkpoint(tmp_path / "hopper.pt")
     proc = run_cli(
         "offpolicy.eval", f"checkpoint={path}", "+env_options.speed=2", f"hydra.run.dir={tmp_path / 'o'}", cwd=tmp_path
     )
@@ -245,7 +245,7 @@ def test_video_without_a_gl_backend_says_what_to_install(tmp_path, monkeypatch, 
     monkeypatch.delenv("DISPLAY", raising=False)
     if gl_backend_problem(backend) is None:
         pytest.skip(f"MUJOCO_GL={backend} renders on this machine")
-    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    path = task_checkpoint(tmp_path / "hopper.pt")
     out = tmp_path / "out"
     args = [f"checkpoint={path}", "episodes=2", "max_episode_steps=10", "video=true", f"hydra.run.dir={out}"]
     proc = run_cli("offpolicy.eval", *args, cwd=tmp_path, env={**os.environ, "MUJOCO_GL": backend})

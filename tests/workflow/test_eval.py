@@ -129,21 +129,21 @@ def test_eval_rows_get_the_snapshot_mean_action_and_never_reach_replay(tmp_path)
 # --------------------------------------------------------------------------- offline evaluation of a checkpoint
 
 
-def hopper_checkpoint(path: Path) -> Path:
-    """A real hopper/fastsac checkpoint with untrained tiny networks (no training needed to test evaluation)."""
+def task_checkpoint(path: Path, task: str = "hopper") -> Path:
+    """A real <task>/fastsac checkpoint with untrained tiny networks (no training needed to test evaluation)."""
     import envs
 
-    env = envs.make("hopper", 1)
+    env = envs.make(task, 1)
     s = env.spec
     env.close()
     train_spec = EnvSpec(
-        "hopper", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000,
+        task, 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000,
         reward_range=s.reward_range,
     )  # fmt: skip
     torch.manual_seed(0)
     algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
-    ident = ck.RunIdentity("fastsac", "hopper", dict(s.obs_dims), s.action_dim, 4)
-    config = {"algo": SMALL_FASTSAC, "env": {"name": "hopper", "num_envs": 4, "options": {}}}
+    ident = ck.RunIdentity("fastsac", task, dict(s.obs_dims), s.action_dim, 4)
+    config = {"algo": SMALL_FASTSAC, "env": {"name": task, "num_envs": 4, "options": {}}}
     counters = {"env_steps": 400, "ticks": 100, "updates": 50, "policy_version": 50}
     return ck.save_checkpoint(path, ck.build_checkpoint(ident, algo.state_dict(), counters, config=config))
 
@@ -159,7 +159,7 @@ def eval_cfg(checkpoint: Path, **over):
 def test_evaluate_writes_eval_json_with_deterministic_returns(tmp_path):
     from offpolicy.eval import evaluate
 
-    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    path = task_checkpoint(tmp_path / "hopper.pt")
     cfg = eval_cfg(path, episodes=3, max_episode_steps=25)
     first = evaluate(cfg, tmp_path / "a")
     second = evaluate(cfg, tmp_path / "b")
@@ -173,29 +173,10 @@ def test_evaluate_writes_eval_json_with_deterministic_returns(tmp_path):
     assert first["returns"] == second["returns"]  # mean actions, seeded resets: repeatable
 
 
-def humanoid_checkpoint(path: Path) -> Path:
-    """A real humanoid/fastsac checkpoint with untrained tiny networks."""
-    import envs
-
-    env = envs.make("humanoid", 1)
-    s = env.spec
-    env.close()
-    train_spec = EnvSpec(
-        "humanoid", 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000,
-        reward_range=s.reward_range,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
-    ident = ck.RunIdentity("fastsac", "humanoid", dict(s.obs_dims), s.action_dim, 4)
-    config = {"algo": SMALL_FASTSAC, "env": {"name": "humanoid", "num_envs": 4, "options": {}}}
-    counters = {"env_steps": 400, "ticks": 100, "updates": 50, "policy_version": 50}
-    return ck.save_checkpoint(path, ck.build_checkpoint(ident, algo.state_dict(), counters, config=config))
-
-
 def test_reference_gymnasium_rescores_in_gymnasiums_own_env_with_and_without_our_reward_options(tmp_path):
     from offpolicy.eval import evaluate
 
-    path = humanoid_checkpoint(tmp_path / "humanoid.pt")
+    path = task_checkpoint(tmp_path / "humanoid.pt", "humanoid")
     result = evaluate(eval_cfg(path, episodes=4, reference="gymnasium"), tmp_path / "out")
     ref = result["reference"]
     ours, default = ref["gymnasium"], ref["gymnasium_default_reward"]
@@ -214,7 +195,7 @@ def test_reference_gymnasium_rescores_in_gymnasiums_own_env_with_and_without_our
 
 
 def test_evaluate_refuses_another_env_in_one_line(tmp_path):
-    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    path = task_checkpoint(tmp_path / "hopper.pt")
     cmd = [sys.executable, "-m", "offpolicy.eval", f"checkpoint={path}", "env=ant", f"hydra.run.dir={tmp_path / 'o'}"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 5, proc.stderr[-2000:]
@@ -238,7 +219,7 @@ def test_eval_cli_renders_an_mp4_of_the_first_episode(tmp_path):
         pytest.skip(f"no offscreen GL backend (MUJOCO_GL={backend}: {problem}): install libosmesa6 or use EGL")
     import imageio.v2 as imageio
 
-    path = hopper_checkpoint(tmp_path / "hopper.pt")
+    path = task_checkpoint(tmp_path / "hopper.pt")
     out = tmp_path / "out"
     video = tmp_path / "videos" / "hop.mp4"
     cmd = [
