@@ -154,6 +154,9 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
     # The parent owns shutdown: a terminal's SIGINT goes to the whole process group,
     # and the collector must not die before the parent has stopped it in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Likewise SIGTERM, which Slurm and `timeout` send to every process of the job: the parent stops the
+    # loop between ticks, checkpoints and then stops this process (SIGKILL still ends it at once).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # On a hang the parent sends SIGUSR1 before SIGKILL, so the stack is printed.
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     for var in THREAD_CAP_VARS:

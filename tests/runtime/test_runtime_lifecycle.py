@@ -39,7 +39,7 @@ def _default_sigint() -> None:
 class CliRun:
     """`python -m offpolicy.train` in a subprocess, tagged so its descendants can be found afterwards."""
 
-    def __init__(self, run_dir: Path, *overrides: str) -> None:
+    def __init__(self, run_dir: Path, *overrides: str, own_group: bool = False) -> None:
         self.run_dir = run_dir
         self.marker = f"OFFPOLICY_TEST_{uuid.uuid4().hex}"
         env = {**os.environ, self.marker: "1", "PYTHONUNBUFFERED": "1"}
@@ -56,6 +56,7 @@ class CliRun:
             # A shell starts background jobs with SIGINT ignored, and Python keeps an inherited
             # SIG_IGN: give the run Python's Ctrl-C handling however the suite itself was launched.
             preexec_fn=_default_sigint,
+            process_group=0 if own_group else None,  # own_group: a signal can go to the whole run, as Slurm sends it
         )
 
     def collector_pid(self, timeout_s: float = 60.0) -> int:
@@ -184,6 +185,35 @@ def test_interrupting_the_runner_keeps_its_work(tmp_path, signum, status):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) >= 2 and rows[-1]["env_steps"] == summary["env_steps"]  # rows by wall clock, then flushed
     assert not (tmp_path / "collector.pid").exists()
+
+
+def test_sigterm_to_the_whole_process_group_keeps_the_work_too(tmp_path):
+    """Slurm (and `timeout`) signal every process of the job, here while the learner is inside a long update
+    phase: the collector must outlive it, so the learner stops at the next tick boundary with its state intact."""
+    run = CliRun(
+        tmp_path,
+        f"train.total_env_steps={LONG_RUN}",
+        "train.learning_starts=0",
+        "+runtime.fault.learner_sleep_at_tick=20",
+        "+runtime.fault.learner_sleep_s=4",
+        "logger.interval_s=0.05",
+        own_group=True,
+    )
+    pid = run.collector_pid()
+    rows = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 30
+    while not (rows.exists() and any(json.loads(x)["env_steps"] >= 10 * 8 for x in rows.read_text().splitlines())):
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.05)
+    time.sleep(1.0)  # inside the 4-s phase of tick 20 now
+    os.killpg(run.proc.pid, signal.SIGTERM)
+    code, _, err, elapsed = run.finish()
+    assert code == EXIT_SIGTERM and elapsed < 10, err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "SIGTERM" and summary["env_steps"] > 0
+    assert (tmp_path / "checkpoints" / f"step_{summary['env_steps']}.pt").exists()
+    assert _pid_gone(pid)
+    run.assert_clean()
 
 
 def test_resuming_an_interrupted_run_carries_its_counters_on(tmp_path):
