@@ -29,19 +29,11 @@ import numpy as np
 
 import envs
 from benchmark.machine import parse_cpus, write_results
+from envs.dmc import TASKS as DMC_TASKS
 
 SUITES = {
     "gymnasium": ["ant", "humanoid", "hopper"],
-    "dmc": [
-        "dmc_cheetah_run",
-        "dmc_walker_run",
-        "dmc_hopper_hop",
-        "dmc_quadruped_run",
-        "dmc_humanoid_walk",
-        "dmc_humanoid_run",
-        "dmc_dog_trot",
-        "dmc_dog_run",
-    ],
+    "dmc": list(DMC_TASKS),
 }
 OUTPUT_NAMES = {"gymnasium": "np_env_overhead", "dmc": "np_env_overhead_dmc"}
 BLOCKS = {"gymnasium": (50, 8), "dmc": (None, 4)}

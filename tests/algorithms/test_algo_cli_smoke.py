@@ -15,17 +15,16 @@ ALGOS = ["fastsac", "flashsac"]
 ENVS = ["ant", "humanoid", "halfcheetah", "hopper", "walker2d"]
 
 
-@pytest.mark.parametrize("env", ENVS)
-@pytest.mark.parametrize("algo", ALGOS)
-def test_train_cli_runs_and_learns(tmp_path, algo, env):
-    num_envs, ticks = 4, 40
+def smoke_run(tmp_path: Path, algo: str, env: str, ticks: int, *extra: str) -> tuple[dict, list[dict]]:
+    """`python -m offpolicy.train` with 4 envs (+2 eval rows) for `ticks` ticks, learning after 8; summary, rows."""
+    num_envs = 4
     cmd = [
         sys.executable, "-m", "offpolicy.train",
         f"algo={algo}", f"env={env}", f"env.num_envs={num_envs}", "eval.num_envs=2",
         f"train.total_env_steps={num_envs * ticks}", f"train.learning_starts={num_envs * 8}",
         "algo.batch_size=32", "algo.actor_hidden_dim=16", "algo.critic_hidden_dim=16",
-        "logger=none", f"logger.interval_env_steps={num_envs * 10}", "checkpoint.interval_env_steps=0",
-        f"hydra.run.dir={tmp_path}",
+        "logger=none", f"logger.interval_env_steps={num_envs * 8}", "checkpoint.interval_env_steps=0",
+        *extra, f"hydra.run.dir={tmp_path}",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -36,4 +35,18 @@ def test_train_cli_runs_and_learns(tmp_path, algo, env):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss/critic"] for r in rows if "loss/critic" in r]
     assert losses and all(math.isfinite(v) for v in losses)
+    return summary, rows
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("algo", ALGOS)
+def test_train_cli_runs_and_learns(tmp_path, algo, env):
+    smoke_run(tmp_path, algo, env, 40)
     assert (tmp_path / "checkpoints" / "latest.pt").exists()  # the final checkpoint
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_train_cli_smoke_dmc_dog_run(tmp_path, algo):
+    """A DeepMind Control Suite task (the dog: activations, dm_control's sensor timing), 2 updates a step."""
+    smoke_run(tmp_path, algo, "dmc_dog_run", 24, "train.updates_per_step=2")
+    assert "name: dmc_dog_run" in (tmp_path / "config_resolved.yaml").read_text()

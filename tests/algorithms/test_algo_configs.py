@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from envs.dmc import TASKS as DMC_TASKS
 from envs.tasks import TASKS
 from offpolicy.algorithms import make_algorithm
 from offpolicy.algorithms.config import validate
@@ -15,16 +16,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 ALGOS = ["fastsac", "flashsac"]
 ENVS = ["ant", "halfcheetah", "hopper", "humanoid", "walker2d"]
 DIMS = {"ant": (105, 8), "halfcheetah": (17, 6), "hopper": (11, 3), "humanoid": (348, 17), "walker2d": (17, 6)}
-DMC_ENVS = [
-    "dmc_cheetah_run",
-    "dmc_walker_run",
-    "dmc_hopper_hop",
-    "dmc_quadruped_run",
-    "dmc_humanoid_walk",
-    "dmc_humanoid_run",
-    "dmc_dog_trot",
-    "dmc_dog_run",
-]
+DMC_ENVS = list(DMC_TASKS)
 
 
 @pytest.fixture(scope="module")
