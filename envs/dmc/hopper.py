@@ -19,7 +19,6 @@ from envs.dmc.task import (
     DmcTask,
     add_frame_sensor,
     as_index,
-    randomize_limited_and_rotational_joints,
     sensor_columns,
 )
 from envs.mujoco.task import PhysicsView
@@ -48,9 +47,7 @@ class HopperHop(DmcTask):
         self._speed_col = int(sensor_columns(model, "torso_subtreelinvel")[0])
 
     def initial_states(self, env, env_ids):
-        qpos, qvel = self.default_states(env, len(env_ids))
-        randomize_limited_and_rotational_joints(env.model, env.rng, qpos)
-        return env.states_from(qpos, qvel)
+        return self.randomized_joint_states(env, env_ids)
 
     def observe(self, p: PhysicsView) -> np.ndarray:
         touch = np.log1p(p.sensordata[:, self._touch_cols])

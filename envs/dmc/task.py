@@ -208,6 +208,12 @@ class DmcTask(MujocoTask):
         """(qpos, qvel) rows of `physics.reset()`: the model's qpos0 at rest."""
         return np.tile(env.model.qpos0, (n, 1)), np.zeros((n, env.nv))
 
+    def randomized_joint_states(self, env: Any, env_ids: np.ndarray) -> np.ndarray:
+        """State rows at rest with limited and rotational joints drawn at random (the planar walkers' reset)."""
+        qpos, qvel = self.default_states(env, len(env_ids))
+        randomize_limited_and_rotational_joints(env.model, env.rng, qpos)
+        return env.states_from(qpos, qvel)
+
     # --- step ------------------------------------------------------------------
     def progress(self, p: PhysicsView) -> np.ndarray:
         return p.qpos[:, :0]  # no finite-difference velocity: the suite's velocities come from sensors

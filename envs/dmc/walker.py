@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 
 from envs.dmc.rewards import tolerance
-from envs.dmc.task import DmcTask, add_frame_sensor, randomize_limited_and_rotational_joints, sensor_columns
+from envs.dmc.task import DmcTask, add_frame_sensor, sensor_columns
 from envs.mujoco.task import PhysicsView
 
 STAND_HEIGHT = 1.2
@@ -55,9 +55,7 @@ class WalkerRun(DmcTask):
         self._speed_col = int(sensor_columns(model, "torso_subtreelinvel")[0])
 
     def initial_states(self, env, env_ids):
-        qpos, qvel = self.default_states(env, len(env_ids))
-        randomize_limited_and_rotational_joints(env.model, env.rng, qpos)
-        return env.states_from(qpos, qvel)
+        return self.randomized_joint_states(env, env_ids)
 
     def observe(self, p: PhysicsView) -> np.ndarray:
         sd = p.sensordata
