@@ -144,8 +144,9 @@ def main(argv=None) -> int:
                 flush=True,
             )
 
-        # Leads for keeping the device awake through the gap (measured, not yet in the runtime): a tiny kernel
-        # every `every_ms`, or one spin kernel (torch.cuda._sleep) covering most of the gap.
+        # Which side wakes up slowly, and leads for keeping it awake through the gap (measured, not yet in the
+        # runtime): the host busy-spinning while the device idles (separates CPU from GPU idle), a tiny kernel
+        # every `every_ms`, or one spin kernel (torch.cuda._sleep) covering most of the gap while the host sleeps.
         if device.type == "cuda":
             tiny = torch.zeros(1, device=device)
             cycles_per_ms = 1.98e6  # at the H200's 1980-MHz boost clock; a lower clock only shortens the cover
@@ -160,7 +161,13 @@ def main(argv=None) -> int:
                 torch.cuda._sleep(int(cover * gap_ms * cycles_per_ms))
                 time.sleep(gap_ms / 1e3)
 
+            def gap_with_host_spin(gap_ms: float):  # the CPU stays busy, the device idles
+                end = time.perf_counter() + gap_ms / 1e3
+                while time.perf_counter() < end:
+                    pass
+
             for label, gap in (
+                ("host spins, device idle", lambda: gap_with_host_spin(25.0)),
                 ("tiny kernel every 0.5 ms", lambda: gap_with_tiny_kernels(25.0, 0.5)),
                 ("tiny kernel every 2 ms", lambda: gap_with_tiny_kernels(25.0, 2.0)),
                 ("spin kernel over 90% of it", lambda: gap_with_spin_kernel(25.0, 0.9)),

@@ -1,0 +1,170 @@
+"""One learning-results run, start to finish: train, re-score the final snapshot, replay a window, keep the files.
+
+This is how every run under `benchmark/outputs/learning/` is made (benchmark/README.md, "Learning"):
+
+1. `python -m offpolicy.train algo=<algo> env=<task> seed=<k> budget=<budget>` in a subprocess, learner and
+   collector pinned (`affinity=manual`), W&B off, recording a steady-state window of `--record-ticks` ticks
+   from tick `--record-start-tick` for the same-trajectory reference (console to `train_console.log`);
+2. `python -m offpolicy.eval checkpoint=<final checkpoint> episodes=<n> reference=<ref>`: the final snapshot's
+   statistics in our env and in the implementation the task reproduces (Gymnasium's, or dm_control's for the
+   DMC tasks), kept as `eval_final.json`;
+3. `benchmark/offpolicy/replay.py` on the recorded window, pinned to the collector's CPUs: the run's rate over
+   the window against bare physics replaying exactly its states, actions and resets (`replay.json`, with
+   `ratio_to_replayed_bare`).
+
+The kept folder, `<out>/<task>_<algo>_seed<k>/`, holds `metrics.csv`, `summary.json` (`snapshot_eval`: the final
+snapshot's episodes, mean, median, min), `config_resolved.yaml`, `train_console.log`, `eval_final.json` and
+`replay.json`; the checkpoint and the timeline stay in the work dir (`--work`). Runs stop on wall clock, so two
+runs of one seed are not bit-identical.
+
+    python -m benchmark.offpolicy.learning_run --algo flashsac --task humanoid --seed 1     # GPU host, 8 min
+    python -m benchmark.offpolicy.learning_run --algo fastsac --task dmc_dog_run --seed 0 --budget 15min
+    python -m benchmark.offpolicy.learning_run ... -- algo.temp_max=0.01   # extra overrides after --
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmark.machine import OUTPUTS, parse_cpus  # noqa: E402
+
+KEPT = ("metrics.csv", "summary.json", "config_resolved.yaml", "train_console.log", "eval_final.json", "replay.json")
+"""the files of a kept run folder"""
+
+
+def reference_for(task: str) -> str:
+    """The implementation `offpolicy.eval reference=` re-scores a task in."""
+    return "dm_control" if task.startswith("dmc_") else "gymnasium"
+
+
+def train_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
+    """The training CLI call: the README's command plus pinning, W&B off and the recorded window."""
+    learner, collector = parse_cpus(args.learner_cpus), parse_cpus(args.collector_cpus)
+    return [
+        sys.executable,
+        "-m",
+        "offpolicy.train",
+        f"algo={args.algo}",
+        f"env={args.task}",
+        f"seed={args.seed}",
+        f"budget={args.budget}",
+        "affinity=manual",
+        f"affinity.learner_cpus=[{','.join(map(str, learner))}]",
+        f"affinity.collector_cpus=[{','.join(map(str, collector))}]",
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
+        f"+runtime.record.start_tick={args.record_start_tick}",
+        f"+runtime.record.ticks={args.record_ticks}",
+        *args.overrides,
+    ]
+
+
+def eval_command(args: argparse.Namespace, checkpoint: Path, out_dir: Path) -> list[str]:
+    """The offline re-score of the final snapshot (on the learner's CPUs: it runs after training)."""
+    return [
+        sys.executable,
+        "-m",
+        "offpolicy.eval",
+        f"checkpoint={checkpoint}",
+        f"episodes={args.episodes}",
+        f"reference={reference_for(args.task)}",
+        f"seed={args.seed}",
+        f"hydra.run.dir={out_dir}",
+    ]
+
+
+def run_logged(cmd: list[str], log: Path) -> int:
+    """Run `cmd` from the repo root, its stdout and stderr into `log` and echoed; returns the exit status."""
+    print("+", " ".join(cmd), flush=True)
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            if not line.startswith("[progress]") or "eval return" in line:
+                print(line, end="", flush=True)
+        return proc.wait()
+
+
+def learning_run(args: argparse.Namespace) -> dict:
+    """Train, re-score, replay; copy the kept files into `<out>/<task>_<algo>_seed<k>/`; returns a short summary."""
+    from benchmark.offpolicy.replay import replay_run
+
+    name = f"{args.task}_{args.algo}_seed{args.seed}"
+    keep = Path(args.out) / name
+    if keep.exists() and not args.force:
+        raise SystemExit(f"{keep} exists (pass --force to replace it)")
+    work = Path(args.work or tempfile.mkdtemp(prefix="learning_run_")) / name
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    out: dict = {"run": name, "work_dir": str(work)}
+
+    t0 = time.monotonic()
+    out["train_exit"] = run_logged(train_command(args, work), work / "train_console.log")
+    out["train_s"] = time.monotonic() - t0
+    checkpoint = work / "checkpoints" / "latest.pt"
+    if checkpoint.exists():
+        t0 = time.monotonic()
+        eval_dir = work / "eval_final"
+        out["eval_exit"] = run_logged(eval_command(args, checkpoint, eval_dir), work / "eval_console.log")
+        out["eval_s"] = time.monotonic() - t0
+        if (eval_dir / "eval.json").exists():
+            shutil.copy(eval_dir / "eval.json", work / "eval_final.json")
+    if (work / "record.npz").exists():
+        replay = replay_run(work)
+        replay["ratio_to_replayed_bare"] = replay["env_steps_per_s"] / replay["replayed_bare_env_steps_per_s"]
+        (work / "replay.json").write_text(json.dumps(replay, indent=1) + "\n")
+        out["ratio_to_replayed_bare"] = replay["ratio_to_replayed_bare"]
+
+    if keep.exists():
+        shutil.rmtree(keep)
+    keep.mkdir(parents=True)
+    for f in KEPT:
+        if (work / f).exists():
+            shutil.copy(work / f, keep / f)
+    summary = json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists() else {}
+    out["snapshot_eval"] = {k: summary.get("snapshot_eval", {}).get(k) for k in ("episodes", "mean", "median", "min")}
+    out["env_steps"] = summary.get("env_steps")
+    if (work / "eval_final.json").exists():
+        ev = json.loads((work / "eval_final.json").read_text())
+        out["eval_final"] = {"own": ev.get("return_median")} | {
+            ref: block.get("median") for ref, block in (ev.get("reference") or {}).items()
+        }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algo", required=True, choices=("fastsac", "flashsac"))
+    p.add_argument("--task", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--budget", default="8min", help="conf/budget preset (default 8min)")
+    p.add_argument("--learner-cpus", default="0-1")
+    p.add_argument("--collector-cpus", default="2-15")
+    p.add_argument("--episodes", type=int, default=16, help="episodes of the offline re-score (default 16)")
+    p.add_argument("--record-start-tick", type=int, default=6000, help="first tick of the replayed window")
+    p.add_argument("--record-ticks", type=int, default=200)
+    p.add_argument("--out", default=str(OUTPUTS / "learning"), help="parent of the kept run folder")
+    p.add_argument("--work", default=None, help="parent of the full run dir (default: a temporary dir)")
+    p.add_argument("--force", action="store_true", help="replace an existing kept folder")
+    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the training run (after --)")
+    args = p.parse_args(argv)
+    result = learning_run(args)
+    return int(result["train_exit"] != 0 or result.get("eval_exit", 1) != 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""benchmark/offpolicy/learning_run.py on the CPU: a tiny hopper run kept with its re-score and its replayed window."""
+
+from __future__ import annotations
+
+import json
+
+from benchmark.offpolicy.learning_run import KEPT, main
+
+
+def test_learning_run_keeps_a_complete_run_folder(tmp_path):
+    status = main(
+        [
+            "--algo", "fastsac", "--task", "hopper", "--seed", "3", "--budget", "none",
+            "--learner-cpus", "0", "--collector-cpus", "1", "--episodes", "2",
+            "--record-start-tick", "40", "--record-ticks", "10",
+            "--out", str(tmp_path / "kept"), "--work", str(tmp_path / "work"),
+            "--", "train.total_env_steps=3000", "env.num_envs=32", "train.learning_starts=1000",
+            "eval.num_envs=2", "eval.episodes=2", "eval.interval_s=null", "algo.batch_size=64",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    kept = tmp_path / "kept" / "hopper_fastsac_seed3"
+    assert sorted(p.name for p in kept.iterdir()) == sorted(KEPT)
+    summary = json.loads((kept / "summary.json").read_text())
+    assert summary["snapshot_eval"]["episodes"] == 2 and summary["completed"] is True
+    final = json.loads((kept / "eval_final.json").read_text())
+    # the offline re-score loads the run's final checkpoint, in our env and in Gymnasium's
+    assert final["checkpoint_env_steps"] == summary["env_steps"]
+    assert final["episodes"] == 2 and final["reference"]["gymnasium"]["episodes"] == 2
+    replay = json.loads((kept / "replay.json").read_text())
+    # the replayed window reproduces the run's observations exactly, from tick 40 on
+    assert replay["window_start_tick"] == 40 and replay["window_ticks"] == 10
+    assert replay["replay_obs_max_abs_diff"] == 0.0 and replay["replay_states_agree"]
+    assert replay["ratio_to_replayed_bare"] > 0
