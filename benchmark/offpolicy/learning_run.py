@@ -111,9 +111,19 @@ def learning_run(args: argparse.Namespace) -> dict:
     work.mkdir(parents=True)
     out: dict = {"run": name, "work_dir": str(work)}
 
+    def keep_files() -> None:  # after every stage: a run cut short keeps what it has
+        keep.mkdir(parents=True, exist_ok=True)
+        for f in KEPT:
+            if (work / f).exists():
+                shutil.copy(work / f, keep / f)
+
+    if keep.exists():
+        shutil.rmtree(keep)
+
     t0 = time.monotonic()
     out["train_exit"] = run_logged(train_command(args, work), work / "train_console.log")
     out["train_s"] = time.monotonic() - t0
+    keep_files()
     checkpoint = work / "checkpoints" / "latest.pt"
     if checkpoint.exists():
         t0 = time.monotonic()
@@ -122,18 +132,14 @@ def learning_run(args: argparse.Namespace) -> dict:
         out["eval_s"] = time.monotonic() - t0
         if (eval_dir / "eval.json").exists():
             shutil.copy(eval_dir / "eval.json", work / "eval_final.json")
+        keep_files()
     if (work / "record.npz").exists():
         replay = replay_run(work)
         replay["ratio_to_replayed_bare"] = replay["env_steps_per_s"] / replay["replayed_bare_env_steps_per_s"]
         (work / "replay.json").write_text(json.dumps(replay, indent=1) + "\n")
         out["ratio_to_replayed_bare"] = replay["ratio_to_replayed_bare"]
 
-    if keep.exists():
-        shutil.rmtree(keep)
-    keep.mkdir(parents=True)
-    for f in KEPT:
-        if (work / f).exists():
-            shutil.copy(work / f, keep / f)
+    keep_files()
     summary = json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists() else {}
     out["snapshot_eval"] = {k: summary.get("snapshot_eval", {}).get(k) for k in ("episodes", "mean", "median", "min")}
     out["env_steps"] = summary.get("env_steps")
