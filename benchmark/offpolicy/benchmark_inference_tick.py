@@ -166,8 +166,18 @@ def main(argv=None) -> int:
                 while time.perf_counter() < end:
                     pass
 
+            def gap_with_host_spin_and_tiny_kernels(gap_ms: float, every_ms: float):  # both stay awake
+                end = time.perf_counter() + gap_ms / 1e3
+                next_kernel = 0.0
+                while (now := time.perf_counter()) < end:
+                    if now >= next_kernel:
+                        tiny.add_(1.0)
+                        next_kernel = now + every_ms / 1e3
+
             for label, gap in (
                 ("host spins, device idle", lambda: gap_with_host_spin(25.0)),
+                ("host spins + tiny kernel every 1 ms", lambda: gap_with_host_spin_and_tiny_kernels(25.0, 1.0)),
+                ("host spins + tiny kernel every 0.2 ms", lambda: gap_with_host_spin_and_tiny_kernels(25.0, 0.2)),
                 ("tiny kernel every 0.5 ms", lambda: gap_with_tiny_kernels(25.0, 0.5)),
                 ("tiny kernel every 2 ms", lambda: gap_with_tiny_kernels(25.0, 2.0)),
                 ("spin kernel over 90% of it", lambda: gap_with_spin_kernel(25.0, 0.9)),
