@@ -94,7 +94,7 @@ def test_task_options_move_the_range():
     assert TASKS["ant"](healthy_reward=0.5, ctrl_cost_weight=0.25).reward_range == pytest.approx((-5.0, 15.5))
 
 
-# The committed 8-minute runs (benchmark/outputs/learning/) averaged these rewards per step at
+# The 8-minute runs of the previous protocol (benchmark/outputs/learning_previous_protocol/) averaged these rewards per step at
 # their best; their values ~r/(1 - gamma) saturated the hand-set supports (HalfCheetah 499.9 of
 # 500, Humanoid 1,290 of 1,300). The derived supports leave at least a quarter of headroom.
 PUBLISHED = {"ant": (9.0, 0.97), "halfcheetah": (15.3, 0.97), "humanoid": (13.4, 0.99)}
