@@ -357,6 +357,23 @@ def check_task(name: str, options: dict[str, Any], name_key: str, options_key: s
         raise invalid(options_key, options, _one_line(exc)) from None
 
 
+REFERENCES = {"gymnasium": ("gymnasium_id", "Gymnasium"), "dm_control": ("dm_control_id", "DeepMind Control Suite")}
+"""`reference=` choices besides none: the task attribute naming the environment each re-scores in, and its suite"""
+
+
+def check_reference(reference: str, task: str) -> None:
+    """`reference=` is none or the implementation task `task` reproduces (the one whose id its class sets)."""
+    if reference == "none":
+        return
+    from envs.registry import task_class
+
+    cls = task_class(task)
+    valid = ["none", *(name for name, (attr, _) in REFERENCES.items() if getattr(cls, attr, ""))]
+    if reference not in valid:
+        suite = REFERENCES[reference][1]
+        raise invalid("reference", reference, f"{task} is not a {suite} task; valid for this task: {', '.join(valid)}")
+
+
 def check_algo(algo: Any, custom: bool) -> None:
     """The `algo` group against its schema (offpolicy.algorithms.config); only a name for a custom factory."""
     from offpolicy.algorithms.config import SCHEMAS, validate
@@ -435,8 +452,9 @@ class EvaluateConfig:
     """a checkpoint written by offpolicy.train"""
     episodes: PositiveInt = 16
     """episodes to run, one per env row, in parallel"""
-    reference: Literal["none", "gymnasium"] = "none"
-    """also re-score the policy in the implementation the task reproduces"""
+    reference: Literal["none", "gymnasium", "dm_control"] = "none"
+    """also re-score the policy in the implementation the task reproduces (checked against the task by
+    `check_reference`)"""
     max_episode_steps: PositiveInt | None = None
     """time limit of the evaluated episodes (null: the task's own)"""
     env_options: dict[str, Any] = field(default_factory=dict)

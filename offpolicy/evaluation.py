@@ -298,3 +298,34 @@ def gymnasium_rollout(
         for env in envs:
             env.close()
     return returns, lengths
+
+
+def dm_control_rollout(
+    name: str, policy: Any, episodes: int, seed: int, max_episode_steps: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
+    """`episodes` episodes of `policy` in dm_control's own suite environment for DMC task `name`, one after another.
+
+    One environment, `envs.dmc.reference_env(name, seed)` (`suite.load(domain, task,
+    task_kwargs={"random": seed})`), is reset for each episode, so its random state draws
+    the episodes' initial states in turn. The policy sees the suite's observation dict
+    flattened in this task's observation order (`envs.dmc.flatten_observation`), float32,
+    one row under the `actor` key, and its action goes to `env.step` as given. An episode
+    ends at the suite's time limit (1000 steps; the suite's tasks never terminate) or after
+    `max_episode_steps` steps, whichever comes first.
+    """
+    import envs.dmc
+
+    env = envs.dmc.reference_env(name, seed)
+    returns = np.zeros(episodes)
+    lengths = np.zeros(episodes, np.int64)
+    try:
+        for i in range(episodes):
+            timestep = env.reset()
+            while not timestep.last() and lengths[i] < max_episode_steps:
+                obs = envs.dmc.flatten_observation(name, timestep.observation).astype(np.float32)
+                timestep = env.step(policy({"actor": obs[None]})[0])
+                returns[i] += float(timestep.reward)
+                lengths[i] += 1
+    finally:
+        env.close()
+    return returns, lengths

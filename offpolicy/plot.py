@@ -41,7 +41,7 @@ SNAPSHOT_X = {STEP_KEY: "eval/env_steps", TIME_KEY: "eval/snapshot_s"}
 MEDIAN_KEY = "eval/return_median"
 """a snapshot's median episode return: what `time to target` compares"""
 FINAL_EVAL = "eval_final.json"
-"""written next to a run by `offpolicy.eval ... reference=gymnasium` on its final checkpoint"""
+"""written next to a run by `offpolicy.eval ... reference=gymnasium|dm_control` on its final checkpoint"""
 CONFIG_NAMES = ("config_resolved.yaml", ".hydra/config.yaml")
 GRID_POINTS = 200
 RUN_END_SLACK_S = 1.0

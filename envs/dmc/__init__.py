@@ -2,12 +2,16 @@
 
 Importing this package does not import dm_control: the tasks read the suite's
 MJCF files from the installed package; only `reference_env` (cold path: tests,
-evaluation) imports dm_control itself.
+evaluation) imports dm_control itself, and `flatten_observation` lays its
+observations out as the tasks' own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from envs.dmc.cheetah import CheetahRun
 from envs.dmc.dog import DogRun, DogTrot
@@ -24,17 +28,29 @@ TASKS: dict[str, type[DmcTask]] = {
 
 
 def reference_env(name: str, seed: int | None = None) -> Any:
-    """dm_control's own environment for task `name`, seeded, with flat observations in the suite's order.
+    """dm_control's own environment for task `name`: `suite.load(domain, task, task_kwargs={"random": seed})`.
 
-    `timestep.observation["observations"]` is laid out as this package's actor
-    observation (float64 there, float32 here).
+    Its observations are the suite's dicts; `flatten_observation(name, ...)` lays
+    them out as this package's actor observation.
     """
     if name not in TASKS:
         raise ValueError(f"unknown DeepMind Control Suite task {name!r}; valid names: {', '.join(sorted(TASKS))}")
     from dm_control import suite
 
     domain, task = TASKS[name].dm_control_id.split("-")
-    return suite.load(domain, task, task_kwargs={"random": seed}, environment_kwargs={"flat_observation": True})
+    return suite.load(domain, task, task_kwargs={"random": seed})
 
 
-__all__ = ["TASKS", "DmcTask", "reference_env"]
+def flatten_observation(name: str, observation: Mapping[str, Any]) -> np.ndarray:
+    """The suite's observation dict of task `name` as one float64 vector in this task's observation order.
+
+    The entries are concatenated (each raveled) in the order of the task's
+    `observation_keys`; a dict with other entries is refused.
+    """
+    keys = TASKS[name].observation_keys
+    if set(observation) != set(keys):
+        raise ValueError(f"{name}: the suite's observation has entries {sorted(observation)}, expected {sorted(keys)}")
+    return np.concatenate([np.asarray(observation[key], np.float64).ravel() for key in keys])
+
+
+__all__ = ["TASKS", "DmcTask", "flatten_observation", "reference_env"]

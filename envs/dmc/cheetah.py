@@ -36,6 +36,7 @@ class CheetahRun(DmcTask):
     name = "dmc_cheetah_run"
     dm_control_id = "cheetah-run"
     xml_file = "cheetah.xml"
+    observation_keys = ("position", "velocity")
     frame_skip = 1
 
     def bind(self, model: mujoco.MjModel) -> None:

@@ -45,6 +45,17 @@ class DogTrot(DmcTask):
     name = "dmc_dog_trot"
     dm_control_id = "dog-trot"
     xml_file = "dog.xml"
+    observation_keys = (
+        "joint_angles",
+        "joint_velocites",  # sic: the suite's spelling
+        "torso_pelvis_height",
+        "z_projection",
+        "torso_com_velocity",
+        "inertial_sensors",
+        "foot_forces",
+        "touch_sensors",
+        "actuator_state",
+    )
     frame_skip = 3
     move_speed = 3.0
 

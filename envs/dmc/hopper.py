@@ -33,6 +33,7 @@ class HopperHop(DmcTask):
     name = "dmc_hopper_hop"
     dm_control_id = "hopper-hop"
     xml_file = "hopper.xml"
+    observation_keys = ("position", "velocity", "touch")
     frame_skip = 4
 
     def edit_spec(self, spec: mujoco.MjSpec) -> None:

@@ -48,6 +48,7 @@ class HumanoidWalk(DmcTask):
     name = "dmc_humanoid_walk"
     dm_control_id = "humanoid-walk"
     xml_file = "humanoid.xml"
+    observation_keys = ("joint_angles", "head_height", "extremities", "torso_vertical", "com_velocity", "velocity")
     frame_skip = 5
     move_speed = 1.0
 

@@ -54,6 +54,7 @@ class QuadrupedRun(DmcTask):
     name = "dmc_quadruped_run"
     dm_control_id = "quadruped-run"
     xml_file = "quadruped.xml"
+    observation_keys = ("egocentric_state", "torso_velocity", "torso_upright", "imu", "force_torque")
     frame_skip = 4
     desired_speed = RUN_SPEED
 

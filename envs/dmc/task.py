@@ -170,6 +170,9 @@ class DmcTask(MujocoTask):
 
     frame_skip: ClassVar[int]
     """physics substeps per env step: the suite's control timestep over its physics timestep"""
+    observation_keys: ClassVar[tuple[str, ...]]
+    """the entries of the suite's observation dict in the order this task's observation lays them out
+    (`envs.dmc.flatten_observation`)"""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     fresh_sensors = True
     acc_sensors_from_last_substep = True

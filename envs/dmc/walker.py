@@ -29,6 +29,7 @@ class WalkerRun(DmcTask):
     name = "dmc_walker_run"
     dm_control_id = "walker-run"
     xml_file = "walker.xml"
+    observation_keys = ("orientations", "height", "velocity")
     frame_skip = 10
     move_speed = RUN_SPEED
 

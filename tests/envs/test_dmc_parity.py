@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.dmc import TASKS, reference_env
+from envs.dmc import TASKS, flatten_observation, reference_env
 from envs.dmc.rewards import SIGMOIDS, tolerance
 
 # importing dm_control probes for a display (its viewer), which a headless machine lacks
@@ -105,7 +105,9 @@ def test_spec_matches_dm_control(name):
     ref = reference_env(name, seed=0)
     env = envs.make(name, 2, nthread=1)
     spec = ref.action_spec()
-    assert env.spec.obs_dims["actor"] == ref.observation_spec()["observations"].shape[0]
+    suite_obs = ref.observation_spec()
+    assert list(suite_obs) == list(TASKS[name].observation_keys)  # our layout: the suite's flat_observation order
+    assert env.spec.obs_dims["actor"] == sum(int(np.prod(v.shape)) for v in suite_obs.values())
     assert env.spec.action_dim == spec.shape[0]
     np.testing.assert_array_equal(env.spec.action_low, spec.minimum.astype(np.float32))
     np.testing.assert_array_equal(env.spec.action_high, spec.maximum.astype(np.float32))
@@ -204,8 +206,7 @@ def test_first_observation_matches_dm_control(name):
     for k in range(len(qpos)):
         with physics.reset_context():
             physics.data.qpos[:], physics.data.qvel[:], physics.data.act[:] = qpos[k], qvel[k], act[k]
-        expected = ref.task.get_observation(physics)
-        expected = np.concatenate([np.asarray(v).ravel() for v in expected.values()])
+        expected = flatten_observation(name, ref.task.get_observation(physics))
         np.testing.assert_allclose(first[k], expected, atol=EXACT["atol"], rtol=EXACT["rtol"], err_msg=f"row {k}")
     env.close()
 
@@ -257,7 +258,7 @@ def test_step_parity(name):
         for k in range(STARTS):
             for mode, runs, tol in (("exact", exact, EXACT), ("as is", as_is, AS_IS[name])):
                 ts = runs[k][t]
-                _assert_close(obs[k], ts.observation["observations"], tol, f"{name} {mode} obs t={t} k={k}")
+                _assert_close(obs[k], flatten_observation(name, ts.observation), tol, f"{name} {mode} obs t={t} k={k}")
                 bound = tol["reward_atol"] + tol["reward_rtol"] * abs(ts.reward)
                 assert abs(float(state.reward[k]) - ts.reward) <= bound, f"{name} {mode} reward t={t} k={k}"
                 assert ts.discount == 1.0

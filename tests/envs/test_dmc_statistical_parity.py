@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.dmc import TASKS, reference_env
+from envs.dmc import TASKS, flatten_observation, reference_env
 
 # importing dm_control probes for a display (its viewer), which a headless machine lacks
 pytestmark = pytest.mark.filterwarnings("ignore:.*DISPLAY environment variable is missing")
@@ -66,11 +66,11 @@ def _reference(name: str, episodes: int, seed: int):
     spec = ref.action_spec()
     first, mean_obs, mean_reward = [], [], []
     for _ in range(episodes):
-        first.append(ref.reset().observation["observations"])
+        first.append(flatten_observation(name, ref.reset().observation))
         obs, rewards = [], []
         for _ in range(STEPS):
             ts = ref.step(rng.uniform(spec.minimum, spec.maximum))
-            obs.append(ts.observation["observations"])
+            obs.append(flatten_observation(name, ts.observation))
             rewards.append(ts.reward)
         mean_obs.append(np.mean(obs, axis=0))
         mean_reward.append(np.mean(rewards))

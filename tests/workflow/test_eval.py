@@ -129,8 +129,12 @@ def test_eval_rows_get_the_snapshot_mean_action_and_never_reach_replay(tmp_path)
 # --------------------------------------------------------------------------- offline evaluation of a checkpoint
 
 
-def task_checkpoint(path: Path, task: str = "hopper") -> Path:
-    """A real <task>/fastsac checkpoint with untrained tiny networks (no training needed to test evaluation)."""
+def task_checkpoint(path: Path, task: str = "hopper", acting: bool = False) -> Path:
+    """A real <task>/fastsac checkpoint with untrained tiny networks (no training needed to test evaluation).
+
+    Its actor's mean head starts at zero, so its mean action is zero whatever it observes; with `acting`
+    the head gets random weights, so the action depends on every observation entry.
+    """
     import envs
 
     env = envs.make(task, 1)
@@ -142,6 +146,9 @@ def task_checkpoint(path: Path, task: str = "hopper") -> Path:
     )  # fmt: skip
     torch.manual_seed(0)
     algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
+    if acting:
+        with torch.no_grad():
+            algo.actor.mean_head.weight.normal_()
     ident = ck.RunIdentity("fastsac", task, dict(s.obs_dims), s.action_dim, 4)
     config = {"algo": SMALL_FASTSAC, "env": {"name": task, "num_envs": 4, "options": {}}}
     counters = {"env_steps": 400, "ticks": 100, "updates": 50, "policy_version": 50}
@@ -192,6 +199,101 @@ def test_reference_gymnasium_rescores_in_gymnasiums_own_env_with_and_without_our
     assert abs(np.mean(ours["lengths"]) - result["length_mean"]) < 0.5 * result["length_mean"]
     saved = json.loads((tmp_path / "out" / "eval.json").read_text())
     assert saved["reference"]["gymnasium"]["returns"] == ours["returns"]
+
+
+def replaying_reference_env(name: str, seed: int, qpos: np.ndarray, qvel: np.ndarray):
+    """A stand-in for `envs.dmc.reference_env`: dm_control's own env for `name`, whose resets start episode k
+    from (qpos[k], qvel[k]) instead of drawing a state, and whose steps restart the solver's warm start at zero
+    as ours do (test_dmc_parity's exact mode): from the same state, the same actions give the same rewards."""
+    import envs.dmc
+
+    real = envs.dmc.reference_env
+
+    def reference_env(asked_name, asked_seed=None):
+        assert (asked_name, asked_seed) == (name, seed)
+        env = real(asked_name, asked_seed)
+        rows = iter(range(len(qpos)))
+
+        def initialize_episode(physics):  # inside dm_control's reset_context: mj_forward follows
+            k = next(rows)
+            physics.data.qpos[:], physics.data.qvel[:] = qpos[k], qvel[k]
+
+        step = env.step
+
+        def step_from_a_cold_start(action):
+            env.physics.data.qacc_warmstart[:] = 0.0
+            return step(action)
+
+        env.task.initialize_episode, env.step = initialize_episode, step_from_a_cold_start
+        return env
+
+    return reference_env
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Actor inference on one thread: torch's OpenMP threads and the env pool's would share this machine's
+    cores (on 2 cores a 1000-step evaluation takes 10x longer)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.filterwarnings("ignore:.*DISPLAY environment variable is missing")
+def test_reference_dm_control_from_our_initial_states_gives_our_returns_to_the_bit(
+    tmp_path, monkeypatch, one_torch_thread
+):
+    import envs
+    import envs.dmc
+    from offpolicy.eval import evaluate
+
+    task, seed = "dmc_cheetah_run", 3
+    path = task_checkpoint(tmp_path / "cheetah.pt", task, acting=True)
+    real = evaluate(eval_cfg(path, episodes=2, seed=seed, reference="dm_control", device="cpu"), tmp_path / "real")
+    ref = real["reference"]["dm_control"]  # dm_control's own resets
+    assert (ref["domain"], ref["task"], ref["episodes"], ref["lengths"]) == ("cheetah", "run", 2, [1000, 1000])
+    assert ref["mean"] == pytest.approx(np.mean(ref["returns"])) and ref["min"] == min(ref["returns"])
+    assert ref["std"] == pytest.approx(np.std(ref["returns"])) and ref["length_mean"] == 1000.0
+    assert len(set(ref["returns"])) == 2 and set(ref["returns"]).isdisjoint(real["returns"])  # other initial states
+    saved = json.loads((tmp_path / "real" / "eval.json").read_text())
+    assert saved["reference"]["dm_control"] == ref
+
+    # One episode: both sides then run the policy on one row (a batch of another size may round differently).
+    env = envs.make(task, 1, seed=seed)  # the initial state evaluate's own episode starts from
+    env.reset()
+    qpos, qvel = env.physics_qpos_qvel()
+    env.close()
+    monkeypatch.setattr(envs.dmc, "reference_env", replaying_reference_env(task, seed, qpos, qvel))
+    ours = evaluate(eval_cfg(path, episodes=1, seed=seed, reference="dm_control", device="cpu"), tmp_path / "replayed")
+    replayed = ours["reference"]["dm_control"]
+    # the same policy from the same state in dm_control's physics: the same 1000 actions and rewards, to the bit
+    assert ours["lengths"] == replayed["lengths"] == [1000] and ours["return_mean"] > 0
+    assert replayed["returns"] == ours["returns"] and replayed["mean"] == ours["return_mean"]
+
+
+@pytest.mark.parametrize(
+    ("task", "reference", "valid"),
+    [("dmc_cheetah_run", "gymnasium", "none, dm_control"), ("hopper", "dm_control", "none, gymnasium")],
+)
+def test_a_reference_the_task_does_not_reproduce_is_refused_in_one_line(tmp_path, task, reference, valid):
+    from offpolicy.config import ConfigError
+    from offpolicy.eval import evaluate
+
+    path = task_checkpoint(tmp_path / f"{task}.pt", task)
+    suite = {"gymnasium": "Gymnasium", "dm_control": "DeepMind Control Suite"}[reference]
+    line = f"reference={reference}: {task} is not a {suite} task; valid for this task: {valid}"
+    with pytest.raises(ConfigError) as err:
+        evaluate(eval_cfg(path, episodes=1, reference=reference), tmp_path / "out")
+    assert str(err.value) == line
+    assert not (tmp_path / "out" / "eval.json").exists()
+    if reference == "gymnasium":  # the CLI: exit status 2 and that line (this worktree's code on PYTHONPATH)
+        cmd = [sys.executable, "-m", "offpolicy.eval", f"checkpoint={path}", f"reference={reference}"]
+        cmd.append(f"hydra.run.dir={tmp_path / 'cli'}")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert [x for x in proc.stderr.splitlines() if x.strip()] == [f"[offpolicy] invalid config: {line}"]
 
 
 def test_evaluate_refuses_another_env_in_one_line(tmp_path):
