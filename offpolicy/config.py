@@ -253,6 +253,8 @@ class RuntimeConfig:
     """transition slots in the ingress ring"""
     spin_us: NonNegativeFloat = 200.0
     """how long a waiter spins before it blocks"""
+    keep_awake_us: NonNegativeFloat = 200.0
+    """CUDA: the learner spins while waiting for observations, with a tiny kernel this often (0: off)"""
     poll_s: PositiveFloat = 0.02
     """longest single blocking wait between health checks"""
     pin_host_memory: bool = True

@@ -109,6 +109,7 @@ class Learner:
         max_nonfinite_updates: int = 100,
         sleep_at_tick: int = -1,
         sleep_s: float = 0.0,
+        keep_awake_us: float = 0.0,
     ) -> None:
         self.algorithm = algorithm
         self.replay = replay
@@ -123,6 +124,11 @@ class Learner:
         self.updates_per_step = int(updates_per_step)
         self.learning_starts = int(learning_starts)
         self.raise_at_tick = int(raise_at_tick)
+        self.keep_awake_us = float(keep_awake_us) if device.type == "cuda" else 0.0
+        """CUDA: spin through the observation wait, launching a tiny kernel this often once the device idles"""
+        self._awake_scalar = torch.zeros(1, device=device) if self.keep_awake_us > 0 else None
+        self._last_update_end: Any = None
+        """CUDA event recorded after the latest update phase (the device is idle once it has passed)"""
         self.sleep_at_tick, self.sleep_s = int(sleep_at_tick), float(sleep_s)
         """test hook: the update phase of this tick sleeps this long (a deliberately long learner phase)"""
         self.in_update = False
@@ -223,7 +229,15 @@ class Learner:
     def wait_for_obs(self, tick: int) -> None:
         """Block until the collector published obs of `tick` (collector health-checked)."""
         self.collector.arm_deadline(tick)
-        self.waiter.wait_at_least(OBS_TICK, tick, self.check)
+        if self.keep_awake_us > 0:
+            self.waiter.wait_at_least(OBS_TICK, tick, self.check, self._keep_awake, self.keep_awake_us)
+        else:
+            self.waiter.wait_at_least(OBS_TICK, tick, self.check)
+
+    def _keep_awake(self) -> None:
+        """One-element kernel, only once the update phase has finished (never queued behind or into it)."""
+        if self._last_update_end is None or self._last_update_end.query():
+            self._awake_scalar.add_(1.0)
 
     def check(self) -> None:
         """Run inside every blocking wait: a requested stop, then the collector's health."""
@@ -354,6 +368,7 @@ class Learner:
         if self.device.type == "cuda":
             end.record()
             self._update_events.append((start, end))
+            self._last_update_end = end
         else:
             self.busy_s["update"] += time.perf_counter() - t0
         # An algorithm that tracks its own version (e.g. delayed actor updates) advances it

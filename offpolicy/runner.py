@@ -7,7 +7,7 @@ Config keys read here (all read once, into plain attributes, before the loop):
     train.updates_per_step (0: learning off, the physics+IPC
         ceiling), train.learning_starts (env steps before the first update phase)
     affinity.*  (offpolicy.affinity)      replay.capacity      logger.*  (offpolicy.logger)
-    runtime.trace, runtime.trace_max_ticks, runtime.ingress_slots, runtime.spin_us,
+    runtime.trace, runtime.trace_max_ticks, runtime.ingress_slots, runtime.spin_us, runtime.keep_awake_us,
     runtime.poll_s, runtime.collector_timeout_s, runtime.startup_timeout_s,
     runtime.shutdown_grace_s, runtime.pin_host_memory
     eval.num_envs  (rows added to the collector's env that run the mean action and never reach
@@ -106,6 +106,8 @@ class RuntimeSettings:
     """transition slots in the ingress ring (>= 2)"""
     spin_us: float = DEFAULT_SPIN_US
     """how long a waiter spins before it blocks"""
+    keep_awake_us: float = 200.0
+    """CUDA: the learner's observation wait spins, with a tiny kernel this often once the device is idle (0: off)"""
     poll_s: float = DEFAULT_POLL_S
     """longest single blocking wait between health checks"""
     collector_timeout_s: float = 60.0
@@ -141,6 +143,7 @@ class RuntimeSettings:
             trace_max_ticks=int(get("runtime.trace_max_ticks", d.trace_max_ticks)),
             ingress_slots=int(get("runtime.ingress_slots", d.ingress_slots)),
             spin_us=float(get("runtime.spin_us", d.spin_us)),
+            keep_awake_us=float(get("runtime.keep_awake_us", d.keep_awake_us)),
             poll_s=float(get("runtime.poll_s", d.poll_s)),
             collector_timeout_s=float(get("runtime.collector_timeout_s", d.collector_timeout_s)),
             startup_timeout_s=float(get("runtime.startup_timeout_s", d.startup_timeout_s)),
@@ -364,6 +367,7 @@ class Runner:
                     segment=segment,
                     ring=ring,
                     waiter=Waiter(segment, s.spin_us, s.poll_s),
+                    keep_awake_us=s.keep_awake_us,
                     collector=collector,
                     timeline=self.timeline,
                     device=self.device,

@@ -309,13 +309,27 @@ class Waiter:
         self.blocked_waits = 0
         """waits that ran past the spin and blocked (metrics)"""
 
-    def wait_at_least(self, index: int, target: int, check: Callable[[], None]) -> int:
-        """Return the counter once it is >= `target`; `check()` runs before each blocking wait and may raise."""
+    def wait_at_least(
+        self,
+        index: int,
+        target: int,
+        check: Callable[[], None],
+        awake: Callable[[], None] | None = None,
+        awake_every_us: float = 200.0,
+    ) -> int:
+        """Return the counter once it is >= `target`; `check()` runs before each blocking wait and may raise.
+
+        With `awake`, the wait never blocks: it spins the whole time, calling `awake()` every
+        `awake_every_us` and `check()` every `poll_s` (the learner keeps its CPU and its device
+        from idling into low-power states before the next inference tick).
+        """
         control = self.segment.control
         value = int(control[index])
         if value >= target:
             return value
         clock = time.perf_counter_ns
+        if awake is not None:
+            return self._spin_awake(index, target, check, awake, int(awake_every_us * 1000))
         spin_until = clock() + self.spin_ns
         while clock() < spin_until:
             for _ in range(32):
@@ -330,3 +344,24 @@ class Waiter:
                 return value
             check()
             futex_wait(addr, value, self.poll_s)
+
+    def _spin_awake(
+        self, index: int, target: int, check: Callable[[], None], awake: Callable[[], None], every_ns: int
+    ) -> int:
+        control = self.segment.control
+        clock = time.perf_counter_ns
+        poll_ns = int(self.poll_s * 1e9)
+        now = clock()
+        next_awake, next_check = now, now + poll_ns
+        while True:
+            for _ in range(32):
+                value = int(control[index])
+                if value >= target:
+                    return value
+            now = clock()
+            if now >= next_awake:
+                awake()
+                next_awake = now + every_ns
+            if now >= next_check:
+                check()
+                next_check = now + poll_ns

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import time
 
 import pytest
@@ -109,5 +110,35 @@ def test_round_trips_between_processes(spin_us):
         seg.control[STOP] = 1
         seg.wake_all()
         proc.join(5)
+        seg.unlink()
+        seg.close()
+
+
+def test_a_keep_awake_wait_spins_calling_awake_on_its_cadence_and_still_checks():
+    """The learner's keep-awake wait (runtime.keep_awake_us) never blocks, calls `awake` every
+    `awake_every_us` while the counter is short of its target, runs `check` every poll_s, and returns
+    as soon as the counter arrives."""
+    seg = _segment()
+    try:
+        waiter = Waiter(seg, spin_us=10, poll_s=0.02)
+        awake, checks = [], []
+        publisher = threading.Timer(0.2, lambda: seg.publish(OBS_TICK, 3))
+        publisher.start()
+        t0 = time.monotonic()
+        assert waiter.wait_at_least(OBS_TICK, 3, lambda: checks.append(1), awake=lambda: awake.append(1),
+                                    awake_every_us=2000.0) == 3  # fmt: skip
+        waited = time.monotonic() - t0
+        publisher.join()
+        assert waiter.blocked_waits == 0  # it never went to the futex
+        # ~100 awake calls at 2 ms over 0.2 s (not one per spin iteration, not none); ~10 checks at 20 ms
+        assert 0.5 * waited / 0.002 <= len(awake) <= waited / 0.002 + 2
+        assert 0.5 * waited / 0.02 <= len(checks) <= waited / 0.02 + 2
+
+        def abort():
+            raise WaitAborted
+
+        with pytest.raises(WaitAborted):  # a raising check abandons the spin like a blocking wait
+            waiter.wait_at_least(OBS_TICK, 9, abort, awake=lambda: None)
+    finally:
         seg.unlink()
         seg.close()
