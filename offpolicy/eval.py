@@ -331,6 +331,10 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     import envs
 
     torch.manual_seed(int(cfg.seed))
+    if device.type == "cpu":
+        # the policy sees one row (a reference env) or a few: intra-op threads only contend with the
+        # physics (a dm_control re-score ran 10x slower with 2 threads on a 2-core machine)
+        torch.set_num_threads(1)
     physics_dir = contextlib.chdir(out_dir.resolve())  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the output dir
     with physics_dir:
         env = envs.make(env_name, num_envs=episodes, seed=int(cfg.seed), **options)
@@ -430,8 +434,9 @@ def main(cfg: DictConfig) -> None:
         flush=True,
     )
     for name, ref in (r.get("reference") or {}).items():
+        where = f"{ref['id']}, {ref['kwargs']}" if "id" in ref else f"{ref['domain']}-{ref['task']}"
         print(
-            f"[offpolicy] {name} ({ref['id']}, {ref['kwargs']}): return {ref['mean']:.1f} +- {ref['std']:.1f} "
+            f"[offpolicy] {name} ({where}): return {ref['mean']:.1f} +- {ref['std']:.1f} "
             f"(median {ref['median']:.1f}, min {ref['min']:.1f}), length {ref['length_mean']:.0f} "
             f"over {ref['episodes']} episodes",
             flush=True,

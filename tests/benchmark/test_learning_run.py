@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 
-from benchmark.offpolicy.learning_run import KEPT, main
+import pytest
+
+from benchmark.offpolicy.learning_run import KEPT, main, reference_for
 
 
-def test_learning_run_keeps_a_complete_run_folder(tmp_path):
+@pytest.mark.parametrize("task", ["hopper", "dmc_cheetah_run"])  # re-scored in Gymnasium's env / dm_control's
+def test_learning_run_keeps_a_complete_run_folder(tmp_path, task):
     status = main(
         [
-            "--algo", "fastsac", "--task", "hopper", "--seed", "3", "--budget", "none",
+            "--algo", "fastsac", "--task", task, "--seed", "3", "--budget", "none",
             "--learner-cpus", "0", "--collector-cpus", "1", "--episodes", "2",
             "--record-start-tick", "40", "--record-ticks", "10",
             "--out", str(tmp_path / "kept"), "--work", str(tmp_path / "work"),
@@ -19,14 +22,14 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path):
         ]
     )  # fmt: skip
     assert status == 0
-    kept = tmp_path / "kept" / "hopper_fastsac_seed3"
+    kept = tmp_path / "kept" / f"{task}_fastsac_seed3"
     assert sorted(p.name for p in kept.iterdir()) == sorted(KEPT)
     summary = json.loads((kept / "summary.json").read_text())
     assert summary["snapshot_eval"]["episodes"] == 2 and summary["completed"] is True
     final = json.loads((kept / "eval_final.json").read_text())
-    # the offline re-score loads the run's final checkpoint, in our env and in Gymnasium's
+    # the offline re-score loads the run's final checkpoint, in our env and in the reference implementation
     assert final["checkpoint_env_steps"] == summary["env_steps"]
-    assert final["episodes"] == 2 and final["reference"]["gymnasium"]["episodes"] == 2
+    assert final["episodes"] == 2 and final["reference"][reference_for(task)]["episodes"] == 2
     replay = json.loads((kept / "replay.json").read_text())
     # the replayed window reproduces the run's observations exactly, from tick 40 on
     assert replay["window_start_tick"] == 40 and replay["window_ticks"] == 10
