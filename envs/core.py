@@ -54,6 +54,10 @@ class NpEnvState:
     ended the episode (needed to bootstrap truncated episodes) is in
     `info["final_obs"]`, a dict of full arrays equal to `obs` on rows that did
     not finish.
+
+    Every `step` returns new arrays and never writes into arrays an earlier call
+    returned, so callers may keep them (tests/envs/test_np_env_reference.py);
+    only `reset_rows` writes the new first observations into the latest `obs`.
     """
 
     obs: dict[str, np.ndarray]

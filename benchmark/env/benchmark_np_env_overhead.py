@@ -17,6 +17,17 @@ together, at step 1000).
 Without `--steps`, each block runs as many vector steps as fit in
 `--block-seconds` (from the warm-up's step time), so slow tasks (the dog) and
 fast ones (the cheetah) take about the same wall-clock time.
+
+Every row also gives NpEnv's own work in absolute terms, `task_side_ms_per_vector_step`:
+NpEnv's time less the time inside its pools' `step` and `forward` calls (the
+sparse `pool.reset` of resetting rows counts as NpEnv's work, as in the
+overhead). It is measured inside the NpEnv blocks themselves, so it does not
+depend on the replay, and it is what carries over between machines (the
+physics scales with the cores, this does not). `--task-side` reports only
+that and skips the replay (half the time; on a machine with few cores the
+physics dwarfs the difference the replay would measure):
+
+    python -m benchmark.env.benchmark_np_env_overhead --tasks hopper halfcheetah ant humanoid --task-side
 """
 
 from __future__ import annotations
@@ -45,25 +56,41 @@ POOLS = ("pool", "sensor_pool", "reset_pool")
 
 
 class RecordingPool:
-    """Wraps one of the env's pools: forwards every call, keeps the inputs of `step`/`forward`, times each kind."""
+    """Wraps one of the env's pools: forwards every call, keeps the inputs of `step`/`forward`, times each kind.
 
-    def __init__(self, pool, calls: list, times: dict):
+    Copying the inputs is the benchmark's work, not NpEnv's: its time is kept under "record" and
+    left out of NpEnv's. Without `calls` (None) nothing is recorded, only timed.
+    """
+
+    def __init__(self, pool, calls: list | None, times: dict):
         self.pool = pool
         self.calls = calls
         self.times = times
 
+    def _add(self, kind: str, seconds: float) -> None:
+        self.times[kind] = self.times.get(kind, 0.0) + seconds
+
     def _timed(self, kind: str, fn, *args, **kwargs):
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
-        self.times[kind] = self.times.get(kind, 0.0) + time.perf_counter() - t0
+        self._add(kind, time.perf_counter() - t0)
         return out
 
+    def _record(self, kind: str, state, kwargs: dict) -> None:
+        if self.calls is None:
+            return
+        t0 = time.perf_counter()
+        if "control" in kwargs:
+            kwargs = {**kwargs, "control": np.array(kwargs["control"])}
+        self.calls.append((self.pool, kind, np.array(state), dict(kwargs)))
+        self._add("record", time.perf_counter() - t0)
+
     def step(self, state, **kwargs):
-        self.calls.append((self.pool, "step", np.array(state), {**kwargs, "control": np.array(kwargs["control"])}))
+        self._record("step", state, kwargs)
         return self._timed("step", self.pool.step, state, **kwargs)
 
     def forward(self, state, **kwargs):
-        self.calls.append((self.pool, "forward", np.array(state), dict(kwargs)))
+        self._record("forward", state, kwargs)
         return self._timed("forward", self.pool.forward, state, **kwargs)
 
     def reset(self, *args, **kwargs):
@@ -98,7 +125,9 @@ def measure(
     blocks: int,
     block_seconds: float = 1.0,
     seed: int = 0,
+    replay_bare: bool = True,
 ) -> dict:
+    """One task's row; `replay_bare=False` skips the bare replay (only NpEnv's own figures, task-side time)."""
     env = envs.make(task, num_envs, seed=seed, cpu_ids=cpus)
     rng = np.random.default_rng(seed)
     low, high = env.spec.action_low, env.spec.action_high
@@ -118,30 +147,35 @@ def measure(
     resets = 0
     inside = {"step": 0.0, "forward": 0.0, "reset": 0.0}
     ratios = []
+    task_side_ms = []
     for _ in range(blocks):
-        calls, times = [], {}
+        calls, times = ([] if replay_bare else None), {}
         for name, pool in bare.items():
             setattr(env, name, RecordingPool(pool, calls, times))
-        t0 = time.perf_counter()
+        block_np_env = 0.0
         for t in range(steps):
+            t0 = time.perf_counter()
             state = env.step(actions[t])
+            block_np_env += time.perf_counter() - t0  # the count below is the benchmark's work, not NpEnv's
             resets += int(state.done.sum())
-        block_np_env = time.perf_counter() - t0
+        block_np_env -= times.get("record", 0.0)
         for name, pool in bare.items():
             setattr(env, name, pool)
-        seconds = replay(calls)
-        block_bare = seconds["step"] + seconds["forward"]
         np_env_s += block_np_env
-        bare_s += block_bare
-        bare_forward_s += seconds["forward"]
-        ratios.append(block_np_env / block_bare - 1.0)
         for kind in inside:
             inside[kind] += times.get(kind, 0.0)
+        task_side_ms.append(1e3 * (block_np_env - times.get("step", 0.0) - times.get("forward", 0.0)) / steps)
+        if replay_bare:
+            seconds = replay(calls)
+            block_bare = seconds["step"] + seconds["forward"]
+            bare_s += block_bare
+            bare_forward_s += seconds["forward"]
+            ratios.append(block_np_env / block_bare - 1.0)
     spec = env.spec
     env.close()
     n = steps * blocks * num_envs
-    bare_step_ms = 1e3 * bare_s / (steps * blocks)
-    return {
+    physics_s = inside["step"] + inside["forward"]
+    row = {
         "task": task,
         "num_envs": num_envs,
         "cpus": len(cpus),
@@ -150,23 +184,37 @@ def measure(
         "substeps": env.frame_skip,
         "steps_per_block": steps,
         "blocks": blocks,
-        "np_env_steps_per_s": n / np_env_s,
-        "bare_pool_steps_per_s": n / bare_s,
-        "overhead": np_env_s / bare_s - 1.0,
-        "overhead_block_median": float(np.median(ratios)),
-        # physics time of one vector step (what the learner can train through) and its sensor-refresh part
-        "bare_ms_per_vector_step": bare_step_ms,
+        # NpEnv's own work per vector step (numpy, Python, the sparse pool.reset of resetting rows), measured
+        # inside the NpEnv blocks: what carries over between machines, unlike the physics
+        "task_side_ms_per_vector_step": 1e3 * (np_env_s - physics_s) / (steps * blocks),
+        "task_side_ms_block_median": float(np.median(task_side_ms)),
+        "task_side_pool_reset_ms_per_vector_step": 1e3 * inside["reset"] / (steps * blocks),
+        # the same over the physics of those blocks (pool.step and pool.forward as NpEnv called them)
+        "task_side_over_physics": (np_env_s - physics_s) / physics_s,
         "np_env_ms_per_vector_step": 1e3 * np_env_s / (steps * blocks),
-        "bare_share_forward": bare_forward_s / bare_s,
-        # a reset of every env; per 1000-step episode it adds reset_all_ms / (1000 * step time)
+        "np_env_steps_per_s": n / np_env_s,
+        # a reset of every env
         "reset_all_ms": 1e3 * reset_all_s,
-        "reset_share_per_1000_steps": reset_all_s * 1e3 / (1000 * bare_step_ms),
         # where NpEnv's time goes: inside pool.step, pool.forward, pool.reset (batched sparse reset), numpy/Python
         "share_pool_step": inside["step"] / np_env_s,
         "share_pool_forward": inside["forward"] / np_env_s,
         "share_pool_reset": inside["reset"] / np_env_s,
         "share_numpy_python": 1.0 - sum(inside.values()) / np_env_s,
         "resets_per_1k_steps": 1000 * resets / n,
+    }
+    if not replay_bare:
+        return row
+    bare_step_ms = 1e3 * bare_s / (steps * blocks)
+    return {
+        **row,
+        "bare_pool_steps_per_s": n / bare_s,
+        "overhead": np_env_s / bare_s - 1.0,
+        "overhead_block_median": float(np.median(ratios)),
+        # physics time of one vector step (what the learner can train through) and its sensor-refresh part
+        "bare_ms_per_vector_step": bare_step_ms,
+        "bare_share_forward": bare_forward_s / bare_s,
+        # per 1000-step episode a reset of every env adds reset_all_ms / (1000 * step time)
+        "reset_share_per_1000_steps": reset_all_s * 1e3 / (1000 * bare_step_ms),
     }
 
 
@@ -180,6 +228,11 @@ def main() -> None:
     parser.add_argument("--block-seconds", type=float, default=1.0, help="NpEnv time per timed block")
     parser.add_argument("--blocks", type=int, default=None, help="alternating blocks (gymnasium: 8, dmc: 4)")
     parser.add_argument("--out", default=None, help="output folder (default: benchmark/outputs/<suite's name>/)")
+    parser.add_argument(
+        "--task-side",
+        action="store_true",
+        help="skip the bare replay: only NpEnv's own work per step (ms) and its share of the physics it called",
+    )
     args = parser.parse_args()
     tasks = args.tasks or SUITES[args.suite]
     default_steps, default_blocks = BLOCKS[args.suite]
@@ -193,18 +246,27 @@ def main() -> None:
     os.sched_setaffinity(0, cpus)
     rows = []
     for task in tasks:
-        row = measure(task, args.num_envs, cpus, steps, blocks, args.block_seconds)
+        row = measure(task, args.num_envs, cpus, steps, blocks, args.block_seconds, replay_bare=not args.task_side)
         rows.append(row)
+        task_side = (
+            f"task side {row['task_side_ms_per_vector_step']:.3f} ms/step (block median "
+            f"{row['task_side_ms_block_median']:.3f}, pool.reset {row['task_side_pool_reset_ms_per_vector_step']:.3f})"
+            f" = {100 * row['task_side_over_physics']:.2f}% of its physics"
+        )
+        if args.task_side:
+            print(f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} {task_side}", flush=True)
+            continue
         print(
             f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
             f"bare={row['bare_pool_steps_per_s']:9.0f}/s ({row['bare_ms_per_vector_step']:.1f} ms/step, "
             f"forward {100 * row['bare_share_forward']:.0f}%) overhead={100 * row['overhead']:+.1f}% "
             f"(block median {100 * row['overhead_block_median']:+.1f}%; numpy {100 * row['share_numpy_python']:.1f}% "
-            f"of NpEnv time) reset all {row['reset_all_ms']:.0f} ms",
+            f"of NpEnv time; {task_side}) reset all {row['reset_all_ms']:.0f} ms",
             flush=True,
         )
     meta = {"args": vars(args), "target": "overhead <= 5%"}
-    folder = write_results(OUTPUT_NAMES[args.suite], rows, meta, args.out)
+    name = OUTPUT_NAMES[args.suite] + ("_task_side" if args.task_side else "")
+    folder = write_results(name, rows, meta, args.out)
     print("wrote", folder)
 
 

@@ -209,7 +209,7 @@ class DmcTask(MujocoTask):
 
     def default_states(self, env: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(qpos, qvel) rows of `physics.reset()`: the model's qpos0 at rest."""
-        return np.tile(env.model.qpos0, (n, 1)), np.zeros((n, env.nv))
+        return np.tile(env.qpos0, (n, 1)), np.zeros((n, env.nv))
 
     def randomized_joint_states(self, env: Any, env_ids: np.ndarray) -> np.ndarray:
         """State rows at rest with limited and rotational joints drawn at random (the planar walkers' reset)."""

@@ -9,6 +9,15 @@ timing (`acc_sensors_from_last_substep`) add one `forward` of a second pool
 whose models have constraints disabled: it refreshes position/velocity sensors
 on the final state at a fraction of a substep's cost.
 
+The numpy after the pool call runs with cold CPU caches (the workers shared the
+cores meanwhile): a call there costs several times its warm time, whatever the
+array size, and numpy's Python-level wrappers cost most (`np.ones`, `np.clip`,
+`np.flatnonzero`, `ndarray.any`, and reading `MjModel` attributes, which builds
+wrappers). So the step makes as few calls as it can, through C-level ones:
+constants are read once at construction, helper vectors are made once
+(`envs.mujoco.task.ones`), and a new episode's observation comes from the states
+just written rather than a gather of them.
+
 Physics failures are never silent. The pool stops stepping an env after a
 MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
 and a state can go non-finite. Such rows are reported as truncated with zero
@@ -30,7 +39,7 @@ import numpy as np
 from mujoco_uni.batch_env import BatchEnvPool
 
 from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
-from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.mujoco.task import MujocoTask, PhysicsView, rows_finite
 
 
 def resolve_cpu_ids(cpu_ids: Sequence[int] | None, nthread: int | None) -> tuple[list[int] | None, int]:
@@ -77,6 +86,10 @@ class MujocoNpEnv(NpEnv):
         self.nstate = self.pool.nstate
         self.frame_skip = task.frame_skip
         self.dt = float(m.opt.timestep * task.frame_skip)
+        self.qpos0 = m.qpos0.copy()
+        """the model's reference configuration (a plain array: each `model.qpos0` read builds a new wrapper)"""
+        self._max_time_error = 0.5 * float(m.opt.timestep)
+        """how far a row's time may miss `dt` before it counts as stopped early (half a substep)"""
         # the pool's state rows are mj_getState(mjSTATE_FULLPHYSICS): time, qpos, qvel, act, ...
         self._qpos_slice = slice(1, 1 + self.nq)
         self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
@@ -95,7 +108,6 @@ class MujocoNpEnv(NpEnv):
         if task.fresh_sensors and task.reset_without_actuation:
             self.reset_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_ACTUATION, ids)
         self._state = np.zeros((num_envs, self.nstate))
-        self._ones_state = np.ones(self.nstate)
         self._sensordata = np.zeros((num_envs, m.nsensordata))
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
@@ -152,7 +164,7 @@ class MujocoNpEnv(NpEnv):
         model.opt.disableflags |= feature
         return BatchEnvPool(model, nbatch=self.num_envs, nthread=self.pool.nthread, cpu_ids=cpu_ids)
 
-    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
+    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> PhysicsView:
         """Batched reset of `env_ids` to `states` (sampled from the task's reset distribution unless given).
 
         `pool.step` loads every env's full physics state from the array it is given, so
@@ -161,18 +173,26 @@ class MujocoNpEnv(NpEnv):
         sparse `reset` (one threaded `mj_forward` per reset env), with actuation disabled
         where the task says so. For the others that forward pass would compute nothing
         anyone reads, so it is skipped.
+
+        Returns the new rows' physics (what `self._state[env_ids]` and `self._sensordata[env_ids]`
+        now hold, without gathering them back; for distinct `env_ids`).
         """
         if states is None:
             states = self.task.initial_states(self, env_ids)
         if self.task.fresh_sensors:
             pool = self.pool if self.reset_pool is None else self.reset_pool
-            states, new_sensor = pool.reset(env_ids, states)
-            self._sensordata[env_ids] = new_sensor
+            states, sensordata = pool.reset(env_ids, states)
+            self._sensordata[env_ids] = sensordata
+        elif self._sensordata.shape[1]:
+            sensordata = self._sensordata[env_ids]
+        else:  # no sensors: an empty slice, not a gather
+            sensordata = self._sensordata[: len(env_ids)]
         self._state[env_ids] = states
         if self.reset_log is not None:
             self.reset_log.append((np.array(env_ids, dtype=np.int64), np.array(states, copy=True)))
         self._episode_length[env_ids] = 0
         self._episode_return[env_ids] = 0.0
+        return self._view(states, sensordata)
 
     def _observe(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         view = self._view(self._state[rows], self._sensordata[rows])
@@ -258,9 +278,7 @@ class MujocoNpEnv(NpEnv):
         pool_end = time.perf_counter_ns()
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
-        # a row sum is non-finite iff some entry is (or the row overflows: a blow-up either way);
-        # a matrix-vector product is the fastest row sum for narrow rows
-        failed = (np.abs(advanced - self.dt) > 0.5 * self.model.opt.timestep) | ~np.isfinite(state @ self._ones_state)
+        failed = (np.abs(advanced - self.dt) > self._max_time_error) | ~rows_finite(state)
         self._state = state
         self._sensordata = sensordata
         view = self._view(state, sensordata)
@@ -274,9 +292,9 @@ class MujocoNpEnv(NpEnv):
         truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed
         obs = self._observe()
 
-        n_failed = 0
-        if failed.any():
-            n_failed = int(failed.sum())
+        # ndarray.nonzero is one C call (as for the finished rows below); ndarray.any goes through Python first
+        n_failed = len(failed.nonzero()[0])
+        if n_failed:
             self.physics_failures_total += n_failed
             reward = np.where(failed, 0.0, reward)
             obs[failed] = prev_obs[failed]
@@ -293,11 +311,10 @@ class MujocoNpEnv(NpEnv):
         }
         final_obs = obs
         reset_start = time.perf_counter_ns()
-        if done.any():
-            done_ids = np.flatnonzero(done).astype(np.int32)
+        done_ids = done.nonzero()[0]
+        if done_ids.size:
             final_obs = obs.copy()
-            self._reset_rows(done_ids)
-            obs[done_ids] = self._observe(done_ids)
+            obs[done_ids] = task.observe(self._reset_rows(done_ids))
         self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
         self._obs = obs
         return NpEnvState(

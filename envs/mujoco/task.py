@@ -7,6 +7,7 @@ the state arrays and the auto-reset.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -25,7 +26,7 @@ def gymnasium_asset(filename: str) -> str:
     return path
 
 
-@dataclass
+@dataclass(slots=True)
 class PhysicsView:
     """Batched physics quantities a task reads after a step (rows = envs)."""
 
@@ -41,14 +42,41 @@ class PhysicsView:
     """(n, na) actuator activations after the step (empty where the model has none)"""
 
 
-def rows_within(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """(n,) bool: every entry of the row lies strictly inside (lo, hi).
+@functools.cache
+def ones(width: int) -> np.ndarray:
+    """A read-only vector of `width` ones, made once: a matrix-vector product with it sums rows.
 
-    Counts the offending entries with a matrix-vector product: numpy's axis-1
-    reductions are several times slower on rows this narrow.
+    Numpy's axis-1 reductions are several times slower on rows this narrow, and
+    `np.ones` itself costs far more than the product right after a pool step
+    (its Python code runs cold there).
     """
+    vector = np.ones(width)
+    vector.flags.writeable = False
+    return vector
+
+
+@functools.cache
+def all_true(n: int) -> np.ndarray:
+    """A read-only (n,) array of True, made once (`np.ones` is Python code, slow where it runs cold)."""
+    flags = np.ones(n, dtype=bool)
+    flags.flags.writeable = False
+    return flags
+
+
+def rows_finite(x: np.ndarray) -> np.ndarray:
+    """(n,) bool: the row sum is finite: every entry is, and the row does not overflow (a blow-up either way)."""
+    return np.isfinite(x @ ones(x.shape[1]))
+
+
+def rows_within(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """(n,) bool: every entry of the row lies strictly inside (lo, hi) (counts the offending entries)."""
     outside = (x <= lo) | (x >= hi)
-    return (outside @ np.ones(x.shape[1])) == 0
+    return (outside @ ones(x.shape[1])) == 0
+
+
+def clip(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """`np.clip(x, lo, hi)` (the same values, NaN kept) as two ufunc calls, without np.clip's Python layers."""
+    return np.minimum(np.maximum(x, lo), hi)
 
 
 class MujocoTask:
@@ -106,7 +134,7 @@ class MujocoTask:
     # --- episode -----------------------------------------------------------------
     def initial_states(self, env: Any, env_ids: np.ndarray) -> np.ndarray:
         """Full physics state rows (the pool's layout) for new episodes of `env_ids`, drawn with `env.rng`."""
-        qpos, qvel = self.reset_qpos_qvel(env.rng, len(env_ids), env.model.qpos0, env.nv)
+        qpos, qvel = self.reset_qpos_qvel(env.rng, len(env_ids), env.qpos0, env.nv)
         return env.states_from(qpos, qvel)
 
     def reset_qpos_qvel(
@@ -127,8 +155,8 @@ class MujocoTask:
         return p.qpos[:, :1]
 
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
-        """(n,) bool: Gymnasium's healthy rule; tasks without one are always healthy."""
-        return np.ones(p.qpos.shape[0], dtype=bool)
+        """(n,) bool: Gymnasium's healthy rule; tasks without one are always healthy (a shared read-only array)."""
+        return all_true(p.qpos.shape[0])
 
     def reward_terms(
         self, p: PhysicsView, velocity: np.ndarray, action: np.ndarray, healthy: np.ndarray
@@ -144,7 +172,7 @@ class MujocoTask:
         """Gymnasium's termination: unhealthy while `terminate_when_unhealthy`."""
         if self.cfg.get("terminate_when_unhealthy", False):
             return ~healthy
-        return np.zeros_like(healthy)
+        return np.zeros(healthy.shape, dtype=bool)
 
     def control_cost(self, action: np.ndarray) -> np.ndarray:
         """ctrl_cost_weight * |a|^2 on the action as given (Gymnasium does not clip it)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.mujoco.task import MujocoTask, PhysicsView, rows_finite
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -54,7 +54,7 @@ class Ant(MujocoTask):
         return qpos, qvel
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 2:], p.qvel], axis=1, dtype=np.float32)
+        return p.qpos_qvel[:, 2:].astype(np.float32)  # qpos[2:], qvel
 
     def progress(self, p: PhysicsView) -> np.ndarray:
         return p.qpos[:, 0:2]
@@ -62,7 +62,7 @@ class Ant(MujocoTask):
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
         lo, hi = self.cfg["healthy_z_range"]
         z = p.qpos[:, 2]
-        finite = np.isfinite(p.qpos_qvel @ np.ones(p.qpos_qvel.shape[1]))
+        finite = rows_finite(p.qpos_qvel)
         return finite & (lo <= z) & (z <= hi)
 
     def reward_terms(self, p, velocity, action, healthy):

@@ -36,7 +36,7 @@ class HalfCheetah(MujocoTask):
         return qpos, qvel
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 1:], p.qvel], axis=1, dtype=np.float32)
+        return p.qpos_qvel[:, 1:].astype(np.float32)  # qpos[1:], qvel
 
     def reward_terms(self, p, velocity, action, healthy):
         return {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.mujoco.task import MujocoTask, PhysicsView, rows_within
+from envs.mujoco.task import MujocoTask, PhysicsView, clip, rows_within
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -41,7 +41,7 @@ class Hopper(MujocoTask):
         return locomotion_reward_range(self.cfg, max_forward_speed=6.0, max_action_sq=3.0)
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)
+        return np.concatenate([p.qpos[:, 1:], clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)
 
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
         s_lo, s_hi = self.cfg["healthy_state_range"]

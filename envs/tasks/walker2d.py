@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.mujoco.task import MujocoTask, PhysicsView, clip
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -39,7 +39,7 @@ class Walker2d(MujocoTask):
         return locomotion_reward_range(self.cfg, max_forward_speed=10.0, max_action_sq=6.0)
 
     def observe(self, p: PhysicsView) -> np.ndarray:
-        return np.concatenate([p.qpos[:, 1:], np.clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)
+        return np.concatenate([p.qpos[:, 1:], clip(p.qvel, -10.0, 10.0)], axis=1, dtype=np.float32)
 
     def is_healthy(self, p: PhysicsView) -> np.ndarray:
         z_lo, z_hi = self.cfg["healthy_z_range"]
