@@ -629,11 +629,14 @@ class Runner:
         console = metrics_logger.console
 
         def hook(tick: int | None) -> None:
-            done = learner.ticks_done if tick is None else tick + 1
+            # env steps whose transitions reached replay, as the checkpoint and summary.json count them (tick t's
+            # transition is ingested during tick t+1): the rows' env steps never go back, also when a stop
+            # request ends the loop between ticks
+            done = learner.ticks_done
             console.update(self.env_steps(done), learner.updates_done)  # host counters; refreshes when due
             now = time.perf_counter()
             if tick is not None and not learner.eval_results:
-                if done % every_ticks and now - last["time"] < every_s:
+                if done == last["ticks"] or (done % every_ticks and now - last["time"] < every_s):
                     return
             elif done == last["ticks"] and not learner.eval_results:
                 return

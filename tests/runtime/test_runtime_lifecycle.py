@@ -161,7 +161,10 @@ def test_learner_raising(tmp_path):
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, EXIT_SIGINT), (signal.SIGTERM, EXIT_SIGTERM)])
 def test_interrupting_the_runner_keeps_its_work(tmp_path, signum, status):
     """A stop request ends the loop between ticks: summary, metric rows and a final checkpoint are written."""
-    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}", "logger.interval_s=0.2", "train.learning_starts=200")
+    # a row every tick: the loop's last row is the tick the stop request ends
+    run = CliRun(
+        tmp_path, f"train.total_env_steps={LONG_RUN}", "logger.interval_env_steps=8", "train.learning_starts=200"
+    )
     pid = run.collector_pid()
     time.sleep(1.5)
     run.proc.send_signal(signum)
@@ -183,7 +186,9 @@ def test_interrupting_the_runner_keeps_its_work(tmp_path, signum, status):
     assert saved["counters"]["env_steps"] == summary["env_steps"] > 0
     assert saved["counters"]["updates"] == summary["updates"] > 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) >= 2 and rows[-1]["env_steps"] == summary["env_steps"]  # rows by wall clock, then flushed
+    assert len(rows) >= 2 and rows[-1]["env_steps"] == summary["env_steps"]  # rows of the loop, then flushed
+    steps = [row["env_steps"] for row in rows]
+    assert steps == sorted(steps)  # never back (W&B drops a row whose step went back)
     assert not (tmp_path / "collector.pid").exists()
 
 
