@@ -119,6 +119,8 @@ class RecordWindow:
     path: str
     start_tick: int
     ticks: int
+    start_s: float | None = None
+    """when set: the window starts at the first tick this many seconds after tick 0 (start_tick is ignored)"""
 
 
 class InjectedFault(RuntimeError):
@@ -296,12 +298,21 @@ class WindowRecorder:
         self.forced: list[tuple[int, np.ndarray]] = []
         self.snapshot: dict[str, Any] | None = None
         self.t0 = self.t1 = 0
+        self.start = window.start_tick if window.start_s is None else None
+        """first tick of the window (None until a start_s window has begun)"""
+        self._clock0: float | None = None
 
     def _in_window(self, tick: int) -> bool:
-        return self.window.start_tick <= tick < self.window.start_tick + self.window.ticks
+        return self.start is not None and self.start <= tick < self.start + self.window.ticks
 
     def before_step(self, tick: int, actions: np.ndarray) -> None:
-        if tick == self.window.start_tick:
+        if self.start is None:  # a window by wall clock: starts at the first tick start_s after tick 0
+            now = time.monotonic()
+            if self._clock0 is None:
+                self._clock0 = now
+            if now - self._clock0 >= self.window.start_s:
+                self.start = tick
+        if tick == self.start:
             self.snapshot = self.env.snapshot()
             self.env.reset_log = []
         if self._in_window(tick):
@@ -322,11 +333,11 @@ class WindowRecorder:
             self._drain(tick)
             self.obs.append(np.array(obs_slot["actor"], copy=True))
             self.t1 = time.perf_counter_ns()  # the window's clock: from the first tick's end to the last one's
-            if tick == self.window.start_tick:
+            if tick == self.start:
                 self.t0 = self.t1
 
     def done(self, tick: int) -> bool:
-        return tick + 1 >= self.window.start_tick + self.window.ticks
+        return self.start is not None and tick + 1 >= self.start + self.window.ticks
 
     def save(self) -> None:
         if self.snapshot is None or not self.actions:
@@ -338,7 +349,7 @@ class WindowRecorder:
         nstate = self.snapshot["state"].shape[1]
         np.savez(
             self.window.path,
-            start_tick=self.window.start_tick,
+            start_tick=self.start,
             actions=np.stack(self.actions[:n]),
             obs=np.stack(self.obs),
             reset_ticks=reset_ticks,

@@ -233,6 +233,8 @@ class RecordConfig:
     """first tick of the window"""
     ticks: NonNegativeInt = 0
     """ticks recorded into <run dir>/record.npz (0: none)"""
+    start_s: NonNegativeFloat | None = None
+    """start the window at the first tick this many seconds into the loop (start_tick is then ignored)"""
 
 
 @dataclass

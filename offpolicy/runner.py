@@ -36,6 +36,7 @@ Hidden keys (not in the YAML; set with `+runtime....=` for tests and debugging):
     runtime.env_factory                     `module:function` building the NpEnv instead of envs.make
     runtime.record.start_tick, .ticks       record that window of ticks (state, actions, resets, observations)
                                             into <run dir>/record.npz for a same-trajectory replay
+    runtime.record.start_s                  start that window this many seconds into the loop instead
     runtime.algorithm_factory               `module:function` building the algorithm instead of make_algorithm
 
 Every key is checked by `offpolicy.config.validate_train_config` before anything starts.
@@ -129,6 +130,8 @@ class RuntimeSettings:
     """hidden: first tick of a recorded window (benchmark/offpolicy/replay.py)"""
     record_ticks: int = 0
     """hidden: ticks to record into <run dir>/record.npz (0: none)"""
+    record_start_s: float | None = None
+    """hidden: start the window this many seconds into the loop instead (record_start_tick ignored)"""
     collector_step_delay_s: float = 0.0
 
     @staticmethod
@@ -157,6 +160,7 @@ class RuntimeSettings:
             learner_sleep_s=float(get("runtime.fault.learner_sleep_s", 0.0)),
             record_start_tick=int(get("runtime.record.start_tick", 0)),
             record_ticks=int(get("runtime.record.ticks", 0)),
+            record_start_s=OmegaConf.select(cfg, "runtime.record.start_s", default=None),
             collector_step_delay_s=float(get("runtime.fault.collector_step_delay_s", 0.0)),
         )
 
@@ -296,7 +300,9 @@ class Runner:
                 trace_max_ticks=s.trace_max_ticks if s.trace else 0,
                 record=None
                 if s.record_ticks <= 0
-                else RecordWindow(str(self.run_dir / "record.npz"), s.record_start_tick, s.record_ticks),
+                else RecordWindow(
+                    str(self.run_dir / "record.npz"), s.record_start_tick, s.record_ticks, s.record_start_s
+                ),
                 work_dir=str(self.run_dir.resolve()),
             ),
             startup_timeout_s=s.startup_timeout_s,

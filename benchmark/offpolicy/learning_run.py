@@ -4,7 +4,8 @@ This is how every run under `benchmark/outputs/learning/` is made (benchmark/REA
 
 1. `python -m offpolicy.train algo=<algo> env=<task> seed=<k> budget=<budget>` in a subprocess, learner and
    collector pinned (`affinity=manual`), W&B off, recording a steady-state window of `--record-ticks` ticks
-   from tick `--record-start-tick` for the same-trajectory reference (console to `train_console.log`);
+   from `--record-start-s` seconds into the loop (or tick `--record-start-tick`) for the same-trajectory
+   reference (console to `train_console.log`);
 2. `python -m offpolicy.eval checkpoint=<final checkpoint> episodes=<n> reference=<ref>`: the final snapshot's
    statistics in our env and in the implementation the task reproduces (Gymnasium's, or dm_control's for the
    DMC tasks), kept as `eval_final.json`;
@@ -64,7 +65,11 @@ def train_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
         f"affinity.collector_cpus=[{','.join(map(str, collector))}]",
         "logger=none",
         f"hydra.run.dir={run_dir}",
-        f"+runtime.record.start_tick={args.record_start_tick}",
+        *(
+            [f"+runtime.record.start_tick={args.record_start_tick}"]
+            if args.record_start_tick is not None
+            else [f"+runtime.record.start_s={args.record_start_s}"]
+        ),
         f"+runtime.record.ticks={args.record_ticks}",
         *args.overrides,
     ]
@@ -161,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--learner-cpus", default="0-1")
     p.add_argument("--collector-cpus", default="2-15")
     p.add_argument("--episodes", type=int, default=16, help="episodes of the offline re-score (default 16)")
-    p.add_argument("--record-start-tick", type=int, default=6000, help="first tick of the replayed window")
+    p.add_argument("--record-start-s", type=float, default=300.0, help="the replayed window starts this far in")
+    p.add_argument("--record-start-tick", type=int, default=None, help="or at this tick")
     p.add_argument("--record-ticks", type=int, default=200)
     p.add_argument("--out", default=str(OUTPUTS / "learning"), help="parent of the kept run folder")
     p.add_argument("--work", default=None, help="parent of the full run dir (default: a temporary dir)")
