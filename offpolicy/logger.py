@@ -417,7 +417,8 @@ class Progress:
             self._closed = True
             return
         self._closed = True
-        self._refresh(*self._latest, time.perf_counter())
+        if self._bar is not None or self._latest[0] != self._last[1]:  # a line that adds nothing is not printed
+            self._refresh(*self._latest, time.perf_counter())
         if self._bar is not None:
             self._bar.close()
             self._bar = None

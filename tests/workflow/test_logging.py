@@ -175,6 +175,17 @@ def test_plain_periodic_lines_when_not_a_terminal():
     assert len(lines) == 2 and lines[-1].startswith("[progress] 400/1,000")
 
 
+def test_closing_right_after_a_line_prints_no_second_line_at_zero_rate():
+    """A run stopped by a signal refreshes the console at its last counts, then closes it: no `0 env-steps/s`."""
+    out = io.StringIO()
+    progress = Progress(total_env_steps=1000, interval_s=10.0, stream=out)
+    progress.update(0, 0, now=0.0)
+    progress.update(250, 40, now=10.0)
+    progress.close()
+    lines = out.getvalue().strip().splitlines()
+    assert len(lines) == 1 and "25 env-steps/s" in lines[0]
+
+
 def test_eta_comes_from_the_recent_rate_and_slow_updates_keep_a_decimal():
     """A slow first window (compile warm-up) no longer holds the ETA down for the rest of the run."""
     out = io.StringIO()
