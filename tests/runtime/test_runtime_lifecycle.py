@@ -69,6 +69,16 @@ class CliRun:
             time.sleep(0.05)
         return int(path.read_text())
 
+    def wait_for_env_steps(self, env_steps: int, timeout_s: float = 30.0) -> None:
+        """Wait until a metric row reports at least `env_steps`."""
+        rows = self.run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + timeout_s
+        while not (
+            rows.exists() and any(json.loads(x)["env_steps"] >= env_steps for x in rows.read_text().splitlines())
+        ):
+            assert time.monotonic() < deadline, "the run never got going"
+            time.sleep(0.05)
+
     def finish(self, timeout_s: float = 30.0) -> tuple[int, str, str, float]:
         """Exit status, stdout, stderr and the seconds from now to the exit."""
         t0 = time.monotonic()
@@ -205,11 +215,7 @@ def test_sigterm_to_the_whole_process_group_keeps_the_work_too(tmp_path):
         own_group=True,
     )
     pid = run.collector_pid()
-    rows = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 30
-    while not (rows.exists() and any(json.loads(x)["env_steps"] >= 10 * 8 for x in rows.read_text().splitlines())):
-        assert time.monotonic() < deadline, "the run never got going"
-        time.sleep(0.05)
+    run.wait_for_env_steps(10 * 8)
     time.sleep(1.0)  # inside the 4-s phase of tick 20 now
     os.killpg(run.proc.pid, signal.SIGTERM)
     code, _, err, elapsed = run.finish()
@@ -257,11 +263,7 @@ def test_watchdog_notices_a_killed_collector_while_the_learner_is_in_a_long_phas
         "train.learning_starts=0",
     )
     pid = run.collector_pid()
-    rows = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 30
-    while not (rows.exists() and any(json.loads(x)["env_steps"] >= 10 * 8 for x in rows.read_text().splitlines())):
-        assert time.monotonic() < deadline, "the run never got going"
-        time.sleep(0.05)
+    run.wait_for_env_steps(10 * 8)
     time.sleep(2.0)  # ticks take milliseconds: the learner is well inside the 60-s phase of tick 20 now
     os.kill(pid, signal.SIGKILL)
     code, _, err, elapsed = run.finish(timeout_s=30)
