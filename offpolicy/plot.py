@@ -418,8 +418,15 @@ def markdown_table(rows: list[TableRow], metric: str) -> str:
     if not rows:
         return ""
     seconds = [m.seconds for m in rows[0].at]
-    head = ["algo", "task", "seeds", *[f"{metric} at {t / 60:g} min" for t in seconds], "env steps"]
-    head += ["target", "time to target", "final snapshot median (min seed)", "re-score of the final snapshot"]
+    label = "snapshot mean" if metric == DEFAULT_METRICS[0] else metric
+    head = ["algo", "task", "seeds", *[f"{label} at {t / 60:g} min, median [min] over seeds" for t in seconds]]
+    head += [
+        "env steps",
+        "target",
+        "time to target (snapshot median)",
+        "final snapshot median, median (min) over seeds",
+    ]
+    head += ["re-score of the final snapshot (mean, median over seeds)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [r.algo, r.env, str(r.seeds)]

@@ -283,7 +283,10 @@ def test_cli_writes_the_results_table_in_markdown(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     table = (tmp_path / "curves_table.md").read_text().splitlines()
-    assert table[0].startswith("| algo | task | seeds | eval/return at 2 min | eval/return at 8 min | env steps |")
+    assert table[0].startswith(
+        "| algo | task | seeds | snapshot mean at 2 min, median [min] over seeds "
+        "| snapshot mean at 8 min, median [min] over seeds | env steps |"
+    )
     assert table[2] == (
         "| fastsac | ant | 3 | 20 [10] | 50 [30] | 0.0 M | 40 | 8.0 min (2/3 seeds) | 60 (33) | own: 51, gymnasium: 49 |"
     )
