@@ -129,6 +129,9 @@ class FlashSACConfig(AlgoConfig):
     """G_max: the critic support is [-G_max, G_max] and rewards are scaled into it"""
     reward_scaling: bool = True
     """adaptive reward scaling by the running return statistics"""
+    reward_scale_horizon_bound: bool = False
+    """also bound the scale by max|r| / ((1 - gamma) G_max), so values fit the support from the start (not the
+    reference; offpolicy/algorithms/normalizers.py RewardScaler)"""
     log_std_min: float = -10.0
     """lower end of the tanh-squashed log-std range"""
     log_std_max: float = 2.0

@@ -137,7 +137,11 @@ class FlashSAC(OffPolicyAlgorithm):
         """upper bound of the temperature (None: unbounded, as the reference)"""
         g_max = float(cfg.normalized_g_max)
         self.atoms = torch.linspace(-g_max, g_max, int(cfg.num_bins), device=dev)
-        self.reward_scaler = RewardScaler(self.num_envs, self.gamma, g_max).to(dev) if cfg.reward_scaling else None
+        self.reward_scaler = (
+            RewardScaler(self.num_envs, self.gamma, g_max, horizon_bound=bool(cfg.reward_scale_horizon_bound)).to(dev)
+            if cfg.reward_scaling
+            else None
+        )
         self.noise_hold = ZetaNoiseHold(
             self.num_envs, self.action_dim, float(cfg.noise_zeta_mu), int(cfg.noise_zeta_max)
         ).to(dev)

@@ -61,13 +61,23 @@ class RewardScaler(nn.Module):
     G is the running discounted return per env (G <- gamma (1 - done) G + r, reset on
     done); its variance is pooled over envs and steps, and the peak |G| keeps scaled
     returns inside the critic support [-G_max, G_max].
+
+    The peak |G| lags the values the critic has to represent while episodes are still
+    short (early in training a discounted return seen so far is a fraction of the one the
+    improving policy earns), so targets can pile up on the support's top atom for a while.
+    `horizon_bound=True` (not the reference) adds a third term, max|r| / ((1 - gamma) G_max):
+    no discounted return of rewards seen so far can exceed max|r| / (1 - gamma), so scaled
+    values then stay inside the support from the first step.
     """
 
-    def __init__(self, num_envs: int, gamma: float, g_max: float, eps: float = 1e-8) -> None:
+    def __init__(
+        self, num_envs: int, gamma: float, g_max: float, eps: float = 1e-8, horizon_bound: bool = False
+    ) -> None:
         super().__init__()
-        self.gamma, self.g_max, self.eps = gamma, g_max, eps
+        self.gamma, self.g_max, self.eps, self.horizon_bound = gamma, g_max, eps, horizon_bound
         self.register_buffer("discounted_return", torch.zeros(num_envs))
         self.register_buffer("return_abs_max", torch.zeros(()))
+        self.register_buffer("reward_abs_max", torch.zeros(()))
         self.register_buffer("return_mean", torch.zeros(()))
         self.register_buffer("return_var", torch.ones(()))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
@@ -91,13 +101,24 @@ class RewardScaler(nn.Module):
         self.return_abs_max.copy_(
             torch.where(keep, torch.maximum(self.return_abs_max, g.abs().max()), self.return_abs_max)
         )
+        self.reward_abs_max.copy_(
+            torch.where(keep, torch.maximum(self.reward_abs_max, reward.abs().max()), self.reward_abs_max)
+        )
         self.return_mean.copy_(torch.where(keep, mean, self.return_mean))
         self.return_var.copy_(torch.where(keep, var, self.return_var))
         self.count.copy_(torch.where(keep, count, self.count))
 
     def denominator(self) -> Tensor:
         """The divisor applied to rewards."""
-        return torch.maximum(torch.sqrt(self.return_var + self.eps), self.return_abs_max / self.g_max)
+        out = torch.maximum(torch.sqrt(self.return_var + self.eps), self.return_abs_max / self.g_max)
+        if self.horizon_bound:
+            out = torch.maximum(out, self.reward_abs_max / ((1.0 - self.gamma) * self.g_max))
+        return out
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # checkpoints written before `reward_abs_max` existed: start its running max afresh
+        state_dict.setdefault(prefix + "reward_abs_max", torch.zeros(()))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, reward: Tensor) -> Tensor:
         """Scaled rewards."""

@@ -46,3 +46,33 @@ def test_empirical_normalizer_merges_batches_exactly():
     torch.testing.assert_close(norm.mean, torch.tensor([5.0]))
     torch.testing.assert_close(norm.var, torch.tensor([8.0]))
     torch.testing.assert_close(norm(torch.tensor([[5.0 + math.sqrt(8.0)]])), torch.tensor([[1.0]]))
+
+
+def _constant_stream(horizon_bound: bool, reward: float) -> RewardScaler:
+    """Three steps of one env earning `reward` each, gamma 0.9, support [-5, 5]."""
+    scaler = RewardScaler(num_envs=1, gamma=0.9, g_max=5.0, horizon_bound=horizon_bound)
+    for _ in range(3):
+        scaler.update(torch.tensor([reward]), torch.zeros(1), torch.zeros(1))
+    return scaler
+
+
+def test_horizon_bound_keeps_a_constant_reward_stream_inside_the_support():
+    # G = 1, 1.9, 2.71: population std sqrt(0.4878) = 0.6984 > max|G| / G_max = 0.542
+    reference = _constant_stream(False, 1.0)
+    std = math.sqrt(((1 - 1.87) ** 2 + (1.9 - 1.87) ** 2 + (2.71 - 1.87) ** 2) / 3)
+    assert math.isclose(float(reference.denominator()), std, rel_tol=1e-5)
+    # the stream is worth 1 / (1 - 0.9) = 10, scaled 14.3: above the support's top (5)
+    assert 10.0 / float(reference.denominator()) > 5.0
+    # with the bound: max|r| / ((1 - gamma) G_max) = 1 / (0.1 * 5) = 2, and 10 / 2 = 5 fits exactly
+    bounded = _constant_stream(True, 1.0)
+    assert math.isclose(float(bounded.denominator()), 2.0, rel_tol=1e-5)
+    # the bound uses |r|: a constant -2 stream gives 2 / 0.5 = 4
+    assert math.isclose(float(_constant_stream(True, -2.0).denominator()), 4.0, rel_tol=1e-5)
+
+
+def test_reward_scaler_loads_a_state_without_the_reward_peak():
+    scaler = _constant_stream(True, 3.0)
+    old = {k: v for k, v in scaler.state_dict().items() if k != "reward_abs_max"}
+    fresh = RewardScaler(num_envs=1, gamma=0.9, g_max=5.0, horizon_bound=True)
+    fresh.load_state_dict(old)
+    assert float(fresh.reward_abs_max) == 0.0 and float(fresh.return_abs_max) == float(scaler.return_abs_max)

@@ -1,6 +1,7 @@
 """A few real update phases of each algorithm on CPU with a real replay of random data."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -105,6 +106,20 @@ def test_flashsac_observe_feeds_the_reward_scale(small, replay):
     metrics = algo.update_phase(replay, 1)
     torch.testing.assert_close(metrics["train/reward_scale"], algo.reward_scaler.denominator())
     assert float(metrics["train/reward_scale"]) > 1.0
+
+
+def test_flashsac_horizon_bound_option_reaches_the_scale(small, replay):
+    """`reward_scale_horizon_bound=true`: a constant reward of 10 at gamma 0.99, G_max 5 gives a scale of at least
+    10 / (0.01 * 5) = 200; the reference rule gives the std of the returns seen, G = 10, 19.9, 29.7, 39.4."""
+    scales = {}
+    for bound in (False, True):
+        algo = small("flashsac", gamma=0.99, normalized_g_max=5.0, reward_scale_horizon_bound=bound)
+        for _ in range(4):
+            algo.observe(10.0 * torch.ones(6), torch.zeros(6), torch.zeros(6))
+        scales[bound] = float(algo.update_phase(replay, 1)["train/reward_scale"])
+    returns = torch.tensor([10.0, 19.9, 29.701, 39.40399])
+    assert math.isclose(scales[False], float(returns.std(correction=0)), rel_tol=1e-4)
+    assert math.isclose(scales[True], 200.0, rel_tol=1e-5)
 
 
 def test_separate_critic_observations(small, filled, spec_factory):
