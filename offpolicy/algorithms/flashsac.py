@@ -102,6 +102,10 @@ class FlashSAC(OffPolicyAlgorithm):
       away but was not measured, so the default stays what the results were made with.
     - An update whose batch, loss or gradients are not finite is skipped on the device
       (`_phase`); the reference would apply it.
+    - Optional, off by default: `reward_scale_horizon_bound=true` also bounds the reward
+      scale by max|r| / ((1 - gamma) G_max) (`RewardScaler`), so values fit the support
+      while episodes are still short; with the reference's rule alone 17-30% of the target
+      mass sat on the top atom during the first 60-80 s of learning of the Humanoid runs.
     """
 
     def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device) -> None:
