@@ -62,6 +62,17 @@ from offpolicy.slots import (
 )
 from offpolicy.timeline import Timeline
 
+INFERENCE_STAGES = ("h2d", "policy", "eval", "post", "action_copy", "publish")
+"""Host-side stages of one inference tick (`perf/inference_<stage>_ms`, medians per metric row): `h2d`
+issuing the observation copies, `policy` the training rows' actions (`explore`, or the random warm-up
+draw), `eval` the snapshot actor's for the evaluation rows, `post` the finite check, the kept copy and the
+scaling, `action_copy` the device -> action-slot copy (on CUDA it waits until all the work before it ran,
+an update phase still running included: `perf/inference_behind_update_fraction` counts those ticks), and
+`publish` stamping and publishing the slot. On CUDA the first four only launch work, so a slow device
+shows in `action_copy` and a slow host in the others."""
+STAGE_RING = 1024
+"""inference ticks whose stage durations are kept for the next metric row"""
+
 
 class ProtocolError(RuntimeError):
     """The slots broke an invariant (a tick or policy_version that does not match): never expected."""
@@ -194,6 +205,11 @@ class Learner:
         self._update_events: list[tuple[Any, Any]] = []
         """(start, end) CUDA events of update phases whose device time is not yet counted"""
         self.inference_ticks = 0
+        self._stage_ns = np.zeros((STAGE_RING, len(INFERENCE_STAGES) + 1), dtype=np.int64)
+        """per tick: host nanoseconds of each inference stage, then 1 if an update phase was still
+        running on the device when the tick began (ring of the last STAGE_RING ticks)"""
+        self._stages_read = 0
+        """inference ticks whose stages went into a metric row already"""
         self.warmup_s: dict[str, float] = {}
         """host seconds of the first inference tick, the first with the policy's own actions and the
         first update phase: these calls compile and capture (`first_*` keys)"""
@@ -252,10 +268,17 @@ class Learner:
     @torch.no_grad()
     def inference(self, tick: int) -> None:
         """obs slot -> device -> actor -> env-unit actions in the action slot, stamped and published."""
+        clock = time.perf_counter_ns
+        marks = self._stage_ns[self.inference_ticks % STAGE_RING]
         t0 = time.perf_counter()
+        last = clock()
+        end = self._last_update_end
+        marks[-1] = end is not None and not end.query()
         nb = self._nonblocking
         obs = {k: v.to(self.device, non_blocking=nb) for k, v in self._obs_host.items()}
         reset_mask = self._reset_host.to(self.device, non_blocking=nb)
+        now = clock()
+        marks[0], last = now - last, now
         n = self.num_train_envs
         if self.num_eval_envs:  # views, no copies: training rows first, evaluation rows last
             eval_obs = {k: v[n:] for k, v in obs.items()}
@@ -267,14 +290,22 @@ class Learner:
             if tick == self.random_ticks and tick > 0:
                 reset_mask = torch.ones_like(reset_mask)  # exploration state starts fresh after the random phase
             action = self.algorithm.explore(obs, reset_mask)
+        now = clock()
+        marks[1], last = now - last, now
         if self.num_eval_envs:
             action = torch.cat([action, self.algorithm.act_snapshot(eval_obs)])
+        now = clock()
+        marks[2], last = now - last, now
         finite = torch.isfinite(action).all(-1, keepdim=True)
         action = torch.where(finite, action, 0.0)  # never send NaN/inf to physics: the range's midpoint
         self._nonfinite_actions += (~finite).sum()
         self._tick_actions[tick % 2].copy_(action)
         env_action = torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
+        now = clock()
+        marks[3], last = now - last, now
         self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
+        now = clock()
+        marks[4], last = now - last, now
         self.segment.control[ACTION_POLICY_VERSION] = self.policy_version
         if tick == len(self._versions):
             self._versions.append(self.policy_version)
@@ -282,6 +313,7 @@ class Learner:
             raise ProtocolError(f"inference for tick {tick} after {len(self._versions)} ticks")
         self.segment.publish(ACTION_TICK, tick)
         self.collector.actions_published(tick)
+        marks[5] = clock() - last
         elapsed = time.perf_counter() - t0
         self.busy_s["inference"] += elapsed
         if not self.inference_ticks:
@@ -529,6 +561,7 @@ class Learner:
             out["perf/inference_tick_ms"] = 1e3 * inference_s / (self.inference_ticks - ticks_prev)
         self._interval = (now, self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
         out.update(self._collector_phases())
+        out.update(self._inference_stages())
         if self.episodes:
             out["train/episode_return"] = self.episode_return_sum / self.episodes
             out["train/episode_length"] = self.episode_length_sum / self.episodes
@@ -538,6 +571,18 @@ class Learner:
             names = list(self.last_update_metrics)
             values = torch.stack([self.last_update_metrics[n].detach().float().reshape(()) for n in names]).cpu()
             out.update(zip(names, values.tolist(), strict=True))
+        return out
+
+    def _inference_stages(self) -> dict[str, float]:
+        """Medians of the inference ticks' host stages since the last row (`perf/inference_<stage>_ms`)."""
+        first = max(self._stages_read, self.inference_ticks - STAGE_RING)
+        if self.inference_ticks <= first:
+            return {}
+        rows = self._stage_ns[np.arange(first, self.inference_ticks) % STAGE_RING]
+        self._stages_read = self.inference_ticks
+        medians = np.median(rows[:, :-1], axis=0) / 1e6
+        out = {f"perf/inference_{name}_ms": float(v) for name, v in zip(INFERENCE_STAGES, medians, strict=True)}
+        out["perf/inference_behind_update_fraction"] = float(rows[:, -1].mean())
         return out
 
     def _collector_phases(self) -> dict[str, float]:

@@ -102,6 +102,25 @@ def analyse(trace: Path, num_envs: int, fraction: float) -> dict:
     }
 
 
+def inference_stages(run_dir: Path, fraction: float) -> dict:
+    """Medians of the learner's inference stages (`perf/inference_<stage>_ms`) over the last `fraction`
+    of the run's metric rows, and `inference_launch_ms`, the stages that only launch device work."""
+    from benchmark.offpolicy.learning_efficiency import LAUNCH_STAGES
+    from offpolicy.learner import INFERENCE_STAGES
+
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    rows = [r for r in map(json.loads, lines) if "perf/inference_h2d_ms" in r]
+    rows = rows[int(len(rows) * (1 - fraction)) :]
+    if not rows:
+        return {}
+    out = {f"inference_{k}_ms": statistics.median(r[f"perf/inference_{k}_ms"] for r in rows) for k in INFERENCE_STAGES}
+    out["inference_launch_ms"] = sum(out[f"inference_{k}_ms"] for k in LAUNCH_STAGES)
+    out["inference_behind_update_fraction"] = statistics.median(
+        r["perf/inference_behind_update_fraction"] for r in rows
+    )
+    return out
+
+
 def run_runner(overrides: list[str], run_dir: Path) -> dict:
     """Compose the main config with `overrides` and run it into `run_dir`."""
     from hydra import compose, initialize_config_dir
@@ -197,11 +216,13 @@ def main(argv: list[str] | None = None) -> int:
                     trim_trace(trace, out / f"timeline_{task}_{name}.json", args.trace_seconds, args.steady_fraction)
                     kept_trace = True
                 replayed = replay_run(Path(tmp))
+                stages = inference_stages(Path(tmp), args.steady_fraction)
                 collector = collector_serial(load_intervals(trace, "collector")) or {}
             row = {
                 "task": task,
                 "run": name,
                 **stats,
+                **stages,
                 "updates": summary["updates"],
                 "policy_version": summary["policy_version"],
                 "whole_run_env_steps_per_s": summary["env_steps_per_s"],
@@ -228,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{task:8s} {name:18s} replay-ref {row['ratio_to_replayed_bare']:.3f} "
                 f"({replayed['env_steps_per_s']:.0f} / {replayed['replayed_bare_env_steps_per_s']:.0f})  "
                 f"{stats['env_steps_per_s']:9.0f} env-steps/s  ratio {ratio:.3f}  "
-                f"busy {stats['learner_busy_fraction']:.2f}  infer {stats['inference_ms_median']:.3f} ms  "
+                f"busy {stats['learner_busy_fraction']:.2f}  infer {stats['inference_ms_median']:.3f} ms "
+                f"(launch {stages.get('inference_launch_ms', float('nan')):.3f}, "
+                f"action copy {stages.get('inference_action_copy_ms', float('nan')):.3f})  "
                 f"update {stats['update_ms_median']:.2f} ms  tick {stats['tick_ms']:.2f} ms",
                 flush=True,
             )

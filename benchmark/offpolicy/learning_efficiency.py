@@ -44,6 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmark.machine import OUTPUTS  # noqa: E402
+from offpolicy.learner import INFERENCE_STAGES  # noqa: E402
 from offpolicy.plot import STEP_KEY, TIME_KEY, RunRecord, find_runs  # noqa: E402
 
 TARGET_RATIO = 0.95
@@ -60,8 +61,12 @@ MEDIANS = {
     "collector_wait_ms": "perf/collector_wait_ms",
     "collector_physics_ms": "perf/collector_physics_ms",
     "collector_outside_pool_fraction": "perf/collector_outside_pool_fraction",
+    **{f"inference_{stage}_ms": f"perf/inference_{stage}_ms" for stage in INFERENCE_STAGES},
 }
-"""row field -> metrics.csv column whose median over the window's rows it holds"""
+"""row field -> metrics.csv column whose median over the window's rows it holds (the inference stages
+exist in runs made after they were added; older runs get None)"""
+LAUNCH_STAGES = ("h2d", "policy", "eval", "post")
+"""the inference stages that only issue device work on CUDA; `action_copy` then waits for the device"""
 REPLAY_FIELDS = (
     "env_steps_per_s",
     "replayed_bare_env_steps_per_s",
@@ -77,6 +82,7 @@ COLUMNS = (
     "replay_exact",
     "updates_per_step",
     *MEDIANS,
+    "inference_launch_ms",
     "learner_saturated",
     "target",
     "num_envs",
@@ -181,6 +187,8 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
     else:
         medians, count = {name: None for name in MEDIANS}, 0
     row.update(medians)
+    launch = [row[f"inference_{stage}_ms"] for stage in LAUNCH_STAGES]
+    row["inference_launch_ms"] = None if None in launch else sum(launch)
     row["learner_saturated"], row["target"] = classify(row["ratio_to_replayed_bare"], row["learner_busy"])
     row.update(
         window_start_tick=None if start is None else round(start),
@@ -208,10 +216,16 @@ def _percent(share: float | None) -> float | None:
 NAMES = {"fastsac": "FastSAC", "flashsac": "FlashSAC"}
 
 
+def _stages(row: dict[str, Any]) -> str:
+    """`launch / action copy` medians of the inference tick's stages, or n/a (runs made before they existed)."""
+    launch, copy = row["inference_launch_ms"], row["inference_action_copy_ms"]
+    return "n/a" if launch is None or copy is None else f"{launch:.2f} / {copy:.2f} ms"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The efficiency table as Markdown (medians over the metric rows around the recorded window)."""
     head = ["algo", "task", "seed", "in-run env-steps/s (window)", "replayed bare env-steps/s",
-            "ratio_to_replayed_bare", "learner busy", "updates/s", "inference tick", "collector wait for action",
+            "ratio_to_replayed_bare", "learner busy", "updates/s", "inference tick", "of which: launch / action copy", "collector wait for action",
             "outside pool (share of cycle)", "target 0.95"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "| --- | --- | ---: |" + " ---: |" * (len(head) - 4) + " --- |"]
     for r in rows:
@@ -233,6 +247,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             _number(r["learner_busy"], ".2f"),
             _number(r["updates_per_s"], ",.0f"),
             _number(r["inference_tick_ms"], ".2f", " ms"),
+            _stages(r),
             _number(r["collector_wait_ms"], ".2f", " ms"),
             _number(_percent(r["collector_outside_pool_fraction"]), ".1f", "%"),
             f"**{target}**" if target == "met" else target,

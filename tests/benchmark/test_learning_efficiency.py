@@ -190,3 +190,34 @@ def test_cli_writes_json_csv_and_the_markdown_table(tmp_path):
     assert lines[0].endswith("| outside pool (share of cycle) | target 0.95 |")
     assert lines[2].startswith("| FlashSAC | hopper | 0 | 970 | 1,000 | 0.970 | 0.30 | 300 |")
     assert "**met**" in lines[2] and "no replay" in lines[3]
+
+
+STAGES = {"h2d": 0.01, "policy": 0.1, "eval": 0.02, "post": 0.03, "action_copy": 0.5, "publish": 0.005}
+
+
+def _add_stage_columns(run: Path) -> None:
+    """Give every perf row the inference-stage columns (scaled like the other perf columns)."""
+    with (run / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        if r["perf/learner_busy_fraction"]:
+            tick = int(r["env_steps"]) // NUM_ENVS
+            scale = INSIDE.get(tick, 50.0)
+            r.update({f"perf/inference_{k}_ms": v * scale for k, v in STAGES.items()})
+    with (run / "metrics.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) + [f"perf/inference_{k}_ms" for k in STAGES])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_inference_launch_is_the_sum_of_the_launch_stage_medians(tmp_path):
+    from benchmark.offpolicy.learning_efficiency import markdown_table
+
+    _add_stage_columns(make_run(tmp_path, "hopper_flashsac_seed0"))
+    make_run(tmp_path, "hopper_flashsac_seed1", seed=1)  # made before the stages existed
+    new, old = efficiency_rows(tmp_path)
+    assert new["inference_launch_ms"] == pytest.approx(3 * (0.01 + 0.1 + 0.02 + 0.03))  # publish is not launch
+    assert new["inference_action_copy_ms"] == pytest.approx(3 * 0.5)
+    assert old["inference_launch_ms"] is None and old["inference_action_copy_ms"] is None
+    table = markdown_table([new, old])
+    assert "| 0.48 / 1.50 ms |" in table and "| n/a |" in table
