@@ -7,11 +7,16 @@ per-stage breakdown (synchronising after each stage, so the stages add up to mor
 than the tick). JSON/CSV to benchmark/outputs/inference_tick/.
 
     python -m benchmark.offpolicy.benchmark_inference_tick --algo fastsac --env ant
+    python -m benchmark.offpolicy.benchmark_inference_tick --env humanoid --idle-gaps-ms 0 \
+        --learner-cpus 0-1 --physics-load-cpus 2-15    # the same tick with and without a collector's load
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -25,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmark.machine import OUTPUTS, write_results  # noqa: E402
+from benchmark.machine import OUTPUTS, parse_cpus, write_results  # noqa: E402
 from offpolicy.algorithms import make_algorithm  # noqa: E402
 from offpolicy.slots import Layout, SharedSegment  # noqa: E402
 
@@ -57,6 +62,52 @@ def timed(fn, ticks: int, warmup: int, gap_s: float = 0.0) -> dict:
     return {"median_us": statistics.median(lat_us), "p90_us": lat_us[int(0.9 * len(lat_us))]}
 
 
+def physics_load(env_name: str, num_envs: int, cpus: list[int], stop, ready) -> None:
+    """Step a bare pool with uniform random actions on `cpus` until `stop` is set (a collector's load on the
+    host's caches and memory, without the runtime); `ready` is set after the first steps."""
+    import envs
+
+    os.sched_setaffinity(0, cpus)
+    env = envs.make(env_name, num_envs, seed=0, cpu_ids=list(cpus), nthread=len(cpus))
+    try:
+        spec = env.spec
+        rng = np.random.default_rng(0)
+        actions = [
+            rng.uniform(spec.action_low, spec.action_high, (num_envs, spec.action_dim)).astype(np.float32)
+            for _ in range(16)
+        ]
+        env.reset()
+        i = 0
+        while not stop.is_set():
+            env.step(actions[i % 16])
+            i += 1
+            if i == 3:
+                ready.set()
+    finally:
+        env.close()
+
+
+@contextlib.contextmanager
+def under_physics_load(env_name: str, num_envs: int, cpus: list[int] | None):
+    """Run the body while a spawned process steps physics on `cpus` (no load when `cpus` is None)."""
+    if not cpus:
+        yield
+        return
+    ctx = multiprocessing.get_context("spawn")
+    stop, ready = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=physics_load, args=(env_name, num_envs, cpus, stop, ready), daemon=True)
+    proc.start()
+    try:
+        if not ready.wait(120):
+            raise RuntimeError("the physics-load process did not start stepping within 120 s")
+        yield
+    finally:
+        stop.set()
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algo", default="fastsac")
@@ -65,8 +116,17 @@ def main(argv=None) -> int:
     p.add_argument("--idle-gaps-ms", type=float, nargs="*", default=[0.0, 2.0, 10.0, 25.0])
     p.add_argument("--eval-envs", type=int, default=16)
     p.add_argument("--ticks", type=int, default=500)
+    p.add_argument(
+        "--physics-load-cpus",
+        default=None,
+        help="e.g. 2-15: also time the tick while a bare pool of --num-envs steps physics on these CPUs "
+        "(off, on, off again), as the collector loads the host's caches and memory in a run",
+    )
+    p.add_argument("--learner-cpus", default=None, help="pin this process (e.g. 0-1, as the runtime's learner)")
     p.add_argument("--out", default=str(OUTPUTS / "inference_tick"))
     args = p.parse_args(argv)
+    if args.learner_cpus:
+        os.sched_setaffinity(0, parse_cpus(args.learner_cpus))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     n_all = args.num_envs + args.eval_envs
     spec = _spec(args.env, n_all)
@@ -193,6 +253,34 @@ def main(argv=None) -> int:
                 r = {"median_us": statistics.median(lat), "p90_us": lat[int(0.9 * len(lat))]}
                 rows.append({"variant": f"shm_slots+eval after 25 ms idle, {label}", "gap_ms": 25.0, **r})
                 print(f"25 ms gap, {label:28s} median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
+
+        if args.physics_load_cpus:
+            # The isolated figures above run on a quiet host; in a run the collector steps physics on the other
+            # cores at the same time. Same tick (and, on CUDA, the runtime's keep-awake 25-ms wait before it)
+            # without load, under load, and without again.
+            load_cpus = parse_cpus(args.physics_load_cpus)
+
+            def awake_gap():
+                if device.type == "cuda":
+                    gap_with_host_spin_and_tiny_kernels(25.0, 0.2)
+
+            for phase, cpus in (("no load", None), ("physics load", load_cpus), ("no load again", None)):
+                with under_physics_load(args.env, args.num_envs, cpus):
+                    r = timed(lambda: learner_like(True), args.ticks, warmup=5)
+                    rows.append({"variant": f"shm_slots+eval, {phase}", "physics_load_cpus": cpus, **r})
+                    print(f"{phase:14s} back to back  median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us")
+                    lat = []
+                    for i in range(args.ticks // 2 + 5):
+                        awake_gap()
+                        t0 = time.perf_counter()
+                        learner_like(True)
+                        if i >= 5:
+                            lat.append(1e6 * (time.perf_counter() - t0))
+                    lat.sort()
+                    r = {"median_us": statistics.median(lat), "p90_us": lat[int(0.9 * len(lat))]}
+                    label = "after the keep-awake 25-ms wait" if device.type == "cuda" else "(CPU: no gap)"
+                    rows.append({"variant": f"shm_slots+eval {label}, {phase}", "physics_load_cpus": cpus, **r})
+                    print(f"{phase:14s} {label}  median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us")
 
         def queued_behind_work():
             for _ in range(8):  # ~ an update phase's worth of queued kernels still running
