@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 if name != "ceiling" and not kept_trace:
                     trim_trace(trace, out / f"timeline_{task}_{name}.json", args.trace_seconds, args.steady_fraction)
                     kept_trace = True
-                replayed = replay_run(Path(tmp))
+                replayed = replay_run(Path(tmp), busy_cpus=learner)
                 stages = inference_stages(Path(tmp), args.steady_fraction)
                 collector = collector_serial(load_intervals(trace, "collector")) or {}
             row = {
@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                 "graph_errors": summary.get("graph_errors", {}),
                 **replayed,
                 "ratio_to_replayed_bare": replayed["env_steps_per_s"] / replayed["replayed_bare_env_steps_per_s"],
+                "ratio_to_replayed_bare_busy_cpus": replayed["env_steps_per_s"]
+                / replayed["replayed_bare_busy_cpus_env_steps_per_s"],
                 "uniform_action_bare_env_steps_per_s": bare,
                 "collector_outside_physics_fraction": collector.get("outside_physics_fraction"),
                 "collector_outside_physics_us_median": collector.get("outside_physics_us_median"),
@@ -247,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = row.get("ratio_to_bare", row.get("ratio_to_ceiling"))
             print(
                 f"{task:8s} {name:18s} replay-ref {row['ratio_to_replayed_bare']:.3f} "
-                f"({replayed['env_steps_per_s']:.0f} / {replayed['replayed_bare_env_steps_per_s']:.0f})  "
+                f"({replayed['env_steps_per_s']:.0f} / {replayed['replayed_bare_env_steps_per_s']:.0f}; "
+                f"learner CPUs busy: {row['ratio_to_replayed_bare_busy_cpus']:.3f})  "
                 f"{stats['env_steps_per_s']:9.0f} env-steps/s  ratio {ratio:.3f}  "
                 f"busy {stats['learner_busy_fraction']:.2f}  infer {stats['inference_ms_median']:.3f} ms "
                 f"(launch {stages.get('inference_launch_ms', float('nan')):.3f}, "

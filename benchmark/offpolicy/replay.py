@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -118,8 +120,44 @@ def replay_np_env(env: Any, rec: dict[str, Any]) -> tuple[float, float, np.ndarr
     return seconds, worst, env._state.copy()
 
 
-def replay_run(run_dir: str | Path, cpus: list[int] | None = None) -> dict[str, Any]:
-    """Both replays of `<run_dir>/record.npz` on `cpus` (default: the run's collector CPUs); figures as a dict."""
+def _spin(cpu: int, stop) -> None:
+    os.sched_setaffinity(0, [cpu])
+    while not stop.is_set():
+        for _ in range(10_000):
+            pass
+
+
+@contextlib.contextmanager
+def cpus_kept_busy(cpus: list[int] | None):
+    """One spinning process per CPU in `cpus` for the body (as the learner's keep-awake wait spins in a run)."""
+    if not cpus:
+        yield []
+        return
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_spin, args=(cpu, stop), daemon=True) for cpu in cpus]
+    for proc in procs:
+        proc.start()
+    try:
+        time.sleep(0.5)  # the spinners are running
+        yield procs
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+
+
+def replay_run(
+    run_dir: str | Path, cpus: list[int] | None = None, busy_cpus: list[int] | None = None
+) -> dict[str, Any]:
+    """Both replays of `<run_dir>/record.npz` on `cpus` (default: the run's collector CPUs); figures as a dict.
+
+    With `busy_cpus` the bare replay runs a second time while those CPUs spin (the learner's CPUs: in a run its
+    keep-awake wait spins while the collector steps physics), as `replayed_bare_busy_cpus_env_steps_per_s`: a
+    physics slowdown from the whole host being busy (shared power and frequency budget) shows as the gap between
+    the two."""
     import envs
 
     run_dir = Path(run_dir)
@@ -138,6 +176,9 @@ def replay_run(run_dir: str | Path, cpus: list[int] | None = None) -> dict[str, 
             replay_np_env(env, rec)  # warm-up: page in the pool's data and numpy's paths
             bare_s, bare_state = replay_bare(env, rec)
             np_env_s, worst, np_state = replay_np_env(env, rec)
+            if busy_cpus:
+                with cpus_kept_busy(busy_cpus):
+                    busy_s, _ = replay_bare(env, rec)
         finally:
             env.close()
     finally:
@@ -153,6 +194,11 @@ def replay_run(run_dir: str | Path, cpus: list[int] | None = None) -> dict[str, 
         "replay_obs_max_abs_diff": worst,
         "replay_states_agree": bool(np.array_equal(bare_state, np_state)),
         "replay_cpus": cpus,
+        **(
+            {"replayed_bare_busy_cpus_env_steps_per_s": train_rows * ticks / busy_s, "busy_cpus": list(busy_cpus)}
+            if busy_cpus
+            else {}
+        ),
     }
 
 
@@ -160,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--cpus", default=None, help="CPU list for the replay (default: the run's collector CPUs)")
+    p.add_argument("--busy-cpus", default=None, help="also replay bare physics while these CPUs spin (e.g. 0-1)")
     args = p.parse_args(argv)
-    result = replay_run(args.run_dir, parse_cpus(args.cpus) if args.cpus else None)
+    busy = parse_cpus(args.busy_cpus) if args.busy_cpus else None
+    result = replay_run(args.run_dir, parse_cpus(args.cpus) if args.cpus else None, busy)
     result["ratio_to_replayed_bare"] = result["env_steps_per_s"] / result["replayed_bare_env_steps_per_s"]
     print(json.dumps(result, indent=1))
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +49,8 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
     rec = load_record(tmp_path / "record.npz")
     assert rec["actions"].shape == (50, 15, 3) and rec["obs"].shape[:2] == (50, 15)
     assert rec["reset_counts"].sum() > 0 and len(rec["forced_ticks"]) > 0, "the window holds both kinds of reset"
-    result = replay_run(tmp_path)
+    result = replay_run(tmp_path, busy_cpus=[0])
+    assert result["replayed_bare_busy_cpus_env_steps_per_s"] > 0 and result["busy_cpus"] == [0]
     assert result["replay_obs_max_abs_diff"] == 0.0  # NpEnv from the snapshot: the run's observations exactly
     assert result["replay_states_agree"]  # and the bare pool ends in the same physics state
     assert result["env_steps_per_s"] > 0 and result["replayed_bare_env_steps_per_s"] > 0
@@ -59,3 +62,23 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
     phases = [r for r in rows if "perf/collector_physics_ms" in r]
     assert phases and all(r["perf/collector_cycle_ms"] >= r["perf/collector_critical_ms"] > 0 for r in phases)
     assert np.isfinite([r["perf/collector_outside_pool_fraction"] for r in phases]).all()
+
+
+def test_kept_busy_cpus_really_spin():
+    """The spinners behind `replay_run(busy_cpus=...)` use their CPU the whole time (user time ~ wall time)."""
+    from benchmark.offpolicy.replay import cpus_kept_busy
+
+    tick = os.sysconf("SC_CLK_TCK")
+    with cpus_kept_busy([0]) as procs:
+        (proc,) = procs
+        start = _cpu_s(proc.pid, tick)
+        time.sleep(1.0)
+        used = _cpu_s(proc.pid, tick) - start
+        assert os.sched_getaffinity(proc.pid) == {0}
+    assert used > 0.6  # of 1 s (the suite may share the core)
+    assert not proc.is_alive()
+
+
+def _cpu_s(pid: int, tick: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
