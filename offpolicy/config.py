@@ -257,6 +257,8 @@ class RuntimeConfig:
     """how long a waiter spins before it blocks"""
     keep_awake_us: NonNegativeFloat = 200.0
     """CUDA: the learner spins while waiting for observations, with a tiny kernel this often (0: off)"""
+    tick_graph: bool = False
+    """CUDA: the inference tick (copies, both actors, scaling) as one captured graph"""
     poll_s: PositiveFloat = 0.02
     """longest single blocking wait between health checks"""
     pin_host_memory: bool = True

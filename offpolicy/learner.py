@@ -74,6 +74,53 @@ STAGE_RING = 1024
 """inference ticks whose stage durations are kept for the next metric row"""
 
 
+class TickGraph:
+    """The policy part of an inference tick as one CUDA graph (`runtime.tick_graph=true`).
+
+    The graph copies the observation and reset slots (page-locked host memory, fixed addresses)
+    to the device, runs the training rows' `explore` and the evaluation rows' snapshot `act`,
+    `finish` (the learner's finite check, kept copy and scaling into env units) and copies the
+    actions into the action slot; the host launches it and waits for it. One graph per parity
+    of the tick, because `finish` keeps the normalised actions in `tick_actions[tick % 2]`.
+    Capture goes through `CapturedCall` (warm-up calls on a side stream, then capture; eager
+    for good if capture fails, the error in `error`).
+    """
+
+    def __init__(
+        self, algorithm: Any, obs_host: dict[str, torch.Tensor], reset_host: torch.Tensor, action_host: torch.Tensor,
+        finish: Any, num_train: int, warmup: int,
+    ) -> None:  # fmt: skip
+        from offpolicy.algorithms.base import CapturedCall
+
+        self.algorithm, self.finish, self.num_train = algorithm, finish, int(num_train)
+        self.obs_host, self.reset_host, self.action_host = obs_host, reset_host, action_host
+        device = algorithm.device
+        self.obs_dev = {k: torch.empty(v.shape, dtype=v.dtype, device=device) for k, v in obs_host.items()}
+        self.reset_dev = torch.empty(reset_host.shape, dtype=reset_host.dtype, device=device)
+        self.calls = [CapturedCall(lambda p=parity: self._body(p), warmup) for parity in (0, 1)]
+
+    def _body(self, parity: int) -> dict:
+        for k, v in self.obs_host.items():
+            self.obs_dev[k].copy_(v, non_blocking=True)
+        self.reset_dev.copy_(self.reset_host, non_blocking=True)
+        n = self.num_train
+        action = self.algorithm.explore_in_graph({k: v[:n] for k, v in self.obs_dev.items()}, self.reset_dev[:n])
+        if self.reset_dev.shape[0] > n:
+            eval_obs = {k: v[n:] for k, v in self.obs_dev.items()}
+            action = torch.cat([action, self.algorithm.act_snapshot_in_graph(eval_obs)])
+        self.action_host.copy_(self.finish(action, parity), non_blocking=True)
+        return {}
+
+    def __call__(self, parity: int) -> None:
+        """Launch the tick's graph (or its eager warm-up) and wait until the actions are in the slot."""
+        self.calls[parity]()
+        torch.cuda.current_stream().synchronize()
+
+    @property
+    def error(self) -> str | None:
+        return next((c.error for c in self.calls if c.error), None)
+
+
 class ProtocolError(RuntimeError):
     """The slots broke an invariant (a tick or policy_version that does not match): never expected."""
 
@@ -121,6 +168,7 @@ class Learner:
         sleep_at_tick: int = -1,
         sleep_s: float = 0.0,
         keep_awake_us: float = 0.0,
+        tick_graph: bool = False,
     ) -> None:
         self.algorithm = algorithm
         self.replay = replay
@@ -235,6 +283,9 @@ class Learner:
         # Normalised actions of the last two ticks stay on the device until their transition is ingested.
         self._tick_actions = torch.zeros(2, self.num_envs, spec.action_dim, device=device)
         self._nonblocking = device.type == "cuda"
+        self.tick_graph_wanted = bool(tick_graph) and device.type == "cuda" and hasattr(algorithm, "explore_in_graph")
+        """`runtime.tick_graph`: CUDA, and an algorithm with in-graph entry points (built at its first use)"""
+        self._tick_graph: TickGraph | None = None
 
     @property
     def actor(self) -> torch.nn.Module:
@@ -274,6 +325,9 @@ class Learner:
         last = clock()
         end = self._last_update_end
         marks[-1] = end is not None and not end.query()
+        if self.tick_graph_wanted and tick > self.random_ticks:
+            self._graph_inference(tick, t0, marks, last)
+            return
         nb = self._nonblocking
         obs = {k: v.to(self.device, non_blocking=nb) for k, v in self._obs_host.items()}
         reset_mask = self._reset_host.to(self.device, non_blocking=nb)
@@ -296,16 +350,61 @@ class Learner:
             action = torch.cat([action, self.algorithm.act_snapshot(eval_obs)])
         now = clock()
         marks[2], last = now - last, now
-        finite = torch.isfinite(action).all(-1, keepdim=True)
-        action = torch.where(finite, action, 0.0)  # never send NaN/inf to physics: the range's midpoint
-        self._nonfinite_actions += (~finite).sum()
-        self._tick_actions[tick % 2].copy_(action)
-        env_action = torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
+        env_action = self._finish(action, tick % 2)
         now = clock()
         marks[3], last = now - last, now
         self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
         now = clock()
         marks[4], last = now - last, now
+        self._publish(tick, t0, marks, last)
+
+    def _finish(self, action: torch.Tensor, parity: int) -> torch.Tensor:
+        """Normalised actions -> env units; non-finite rows to the range's midpoint (counted); the
+        normalised ones are kept in `_tick_actions[parity]` until their transition is ingested."""
+        finite = torch.isfinite(action).all(-1, keepdim=True)
+        action = torch.where(finite, action, 0.0)  # never send NaN/inf to physics: the range's midpoint
+        self._nonfinite_actions += (~finite).sum()
+        self._tick_actions[parity].copy_(action)
+        return torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
+
+    def _graph_inference(self, tick: int, t0: float, marks: np.ndarray, last: int) -> None:
+        """The tick as one graph: `policy` is the launch, `action_copy` the wait for the device."""
+        if self._tick_graph is None:
+            self._tick_graph = TickGraph(
+                self.algorithm, self._obs_host, self._reset_host, self._action_host, self._finish,
+                self.num_train_envs, getattr(self.algorithm, "graph_warmup_calls", 2),
+            )  # fmt: skip
+        clock = time.perf_counter_ns
+        graph = self._tick_graph
+        call = graph.calls[tick % 2]
+        call()  # launch (or an eager warm-up / capture)
+        now = clock()
+        marks[0] = marks[2] = marks[3] = 0
+        marks[1], last = now - last, now
+        torch.cuda.current_stream().synchronize()
+        now = clock()
+        marks[4], last = now - last, now
+        self._publish(tick, t0, marks, last)
+
+    @property
+    def graph_errors(self) -> dict[str, str]:
+        """The whole-tick graph's capture error, if it fell back to eager."""
+        error = self._tick_graph.error if self._tick_graph is not None else None
+        return {"tick_graph": error} if error else {}
+
+    @property
+    def tick_graph_state(self) -> str:
+        """`off` (not asked for, or no CUDA), `not built` (no policy tick yet), `captured` or `eager` (capture failed)."""
+        if not self.tick_graph_wanted:
+            return "off"
+        if self._tick_graph is None:
+            return "not built"
+        if self._tick_graph.error:
+            return "eager"
+        return "captured" if all(c.graph is not None for c in self._tick_graph.calls) else "warming up"
+
+    def _publish(self, tick: int, t0: float, marks: np.ndarray, last: int) -> None:
+        """Stamp and publish the action slot (its actions are in it); account the tick's time and stages."""
         self.segment.control[ACTION_POLICY_VERSION] = self.policy_version
         if tick == len(self._versions):
             self._versions.append(self.policy_version)
@@ -313,7 +412,7 @@ class Learner:
             raise ProtocolError(f"inference for tick {tick} after {len(self._versions)} ticks")
         self.segment.publish(ACTION_TICK, tick)
         self.collector.actions_published(tick)
-        marks[5] = clock() - last
+        marks[5] = time.perf_counter_ns() - last
         elapsed = time.perf_counter() - t0
         self.busy_s["inference"] += elapsed
         if not self.inference_ticks:

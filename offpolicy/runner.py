@@ -8,6 +8,7 @@ Config keys read here (all read once, into plain attributes, before the loop):
         ceiling), train.learning_starts (env steps before the first update phase)
     affinity.*  (offpolicy.affinity)      replay.capacity      logger.*  (offpolicy.logger)
     runtime.trace, runtime.trace_max_ticks, runtime.ingress_slots, runtime.spin_us, runtime.keep_awake_us,
+    runtime.tick_graph,
     runtime.poll_s, runtime.collector_timeout_s, runtime.startup_timeout_s,
     runtime.shutdown_grace_s, runtime.pin_host_memory
     eval.num_envs  (rows added to the collector's env that run the mean action and never reach
@@ -109,6 +110,8 @@ class RuntimeSettings:
     """how long a waiter spins before it blocks"""
     keep_awake_us: float = 200.0
     """CUDA: the learner's observation wait spins, with a tiny kernel this often once the device is idle (0: off)"""
+    tick_graph: bool = False
+    """CUDA: the inference tick's copies, actors and scaling as one captured graph (one launch a tick)"""
     poll_s: float = DEFAULT_POLL_S
     """longest single blocking wait between health checks"""
     collector_timeout_s: float = 60.0
@@ -147,6 +150,7 @@ class RuntimeSettings:
             ingress_slots=int(get("runtime.ingress_slots", d.ingress_slots)),
             spin_us=float(get("runtime.spin_us", d.spin_us)),
             keep_awake_us=float(get("runtime.keep_awake_us", d.keep_awake_us)),
+            tick_graph=bool(get("runtime.tick_graph", d.tick_graph)),
             poll_s=float(get("runtime.poll_s", d.poll_s)),
             collector_timeout_s=float(get("runtime.collector_timeout_s", d.collector_timeout_s)),
             startup_timeout_s=float(get("runtime.startup_timeout_s", d.startup_timeout_s)),
@@ -374,6 +378,7 @@ class Runner:
                     ring=ring,
                     waiter=Waiter(segment, s.spin_us, s.poll_s),
                     keep_awake_us=s.keep_awake_us,
+                    tick_graph=s.tick_graph,
                     collector=collector,
                     timeline=self.timeline,
                     device=self.device,
@@ -675,7 +680,9 @@ class Runner:
             "updates": learner.updates_done,
             "policy_version": learner.policy_version,
             # CUDA-graph captures that failed and fell back to eager (empty when all captured)
-            "graph_errors": dict(getattr(self.algorithm, "graph_errors", {}) or {}),
+            "graph_errors": {**(getattr(self.algorithm, "graph_errors", {}) or {}), **learner.graph_errors},
+            # runtime.tick_graph: whether the inference tick ran as one captured graph
+            "tick_graph": learner.tick_graph_state,
             # host seconds of the first calls, which carry torch.compile and CUDA-graph warm-up
             "warmup_s": dict(learner.warmup_s),
             # snapshot evaluations that finished during the loop (the final one is `snapshot_eval`)

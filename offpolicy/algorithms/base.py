@@ -499,6 +499,17 @@ class OffPolicyAlgorithm:
             return self._captured_call(key, self._act_snapshot_flat)(obs_actor)
         return self._act_snapshot_flat(obs_actor)
 
+    def explore_in_graph(self, obs: dict[str, Tensor], reset_mask: Tensor) -> Tensor:
+        """`explore` on device tensors without its own graph: for a caller capturing a larger graph around it
+        (the learner's whole-tick graph, `runtime.tick_graph`)."""
+        return self._explore_flat(obs[self.actor_key], reset_mask.to(torch.bool))
+
+    def act_snapshot_in_graph(self, obs: dict[str, Tensor]) -> Tensor:
+        """`act_snapshot` without its own graph (as `explore_in_graph`); the snapshot must exist already."""
+        if self._snapshot is None:
+            raise RuntimeError("act_snapshot_in_graph before snapshot_actor(): a capture would miss the copy")
+        return self._act_snapshot_flat(obs[self.actor_key])
+
     def update_phase(self, replay, num_updates: int) -> dict[str, Tensor]:
         """Run `num_updates` gradient updates sampling from `replay` on the device; metrics stay device scalars."""
         num_updates = int(num_updates)

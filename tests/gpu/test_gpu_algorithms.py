@@ -27,6 +27,8 @@ step, a wrong sign, a skipped graph node) moves things by orders of magnitude mo
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -256,3 +258,83 @@ def test_snapshot_actor_stays_frozen_in_the_compiled_graph_while_training_moves_
         for o, f in zip(obs, frozen, strict=True):  # the snapshot did not follow it
             torch.testing.assert_close(production.act_snapshot(o), f, atol=ACTION_ATOL[amp], rtol=0)
     assert ("act_snapshot", (16, OBS_DIM)) in production._captured and not production.graph_errors
+
+
+EVAL_ROWS = 4
+
+
+def test_whole_tick_graph_matches_eager_explore_and_snapshot_act(trained):
+    """`runtime.tick_graph`: one captured graph copies the slots in, runs `explore` on the training rows and the
+    snapshot's `act` on the evaluation rows, applies the learner's `finish` and copies the actions out. Its
+    actions equal eager `explore`/`act` on the same observations and noise (tolerances as above), with the
+    learner's actual `finish` arithmetic (scaling) and both parities' graphs captured and replayed."""
+    from offpolicy.learner import TickGraph
+
+    name, amp = trained["name"], trained["amp"]
+    production = trained["production"]
+    production.load_state_dict(copy.deepcopy(production.state_dict()))  # fresh exploration state, no graphs
+    production.snapshot_actor()
+    eager = _build(name, amp, production=False)
+    eager.load_state_dict(copy.deepcopy(production.state_dict()))
+    rows = NUM_ENVS + EVAL_ROWS
+    obs_host = torch.empty(rows, OBS_DIM).pin_memory()
+    reset_host = torch.empty(rows, dtype=torch.bool).pin_memory()
+    action_host = torch.empty(rows, ACTION_DIM).pin_memory()
+    kept = torch.zeros(2, rows, ACTION_DIM, device="cuda")
+    half, mid = torch.full((ACTION_DIM,), 2.0, device="cuda"), torch.full((ACTION_DIM,), 0.5, device="cuda")
+
+    def finish(action, parity):  # as Learner._finish: keep the normalised actions, return env units
+        kept[parity].copy_(action)
+        return action * half + mid
+
+    graph = TickGraph(production, {"actor": obs_host}, reset_host, action_host, finish, NUM_ENVS, warmup=2)
+    gen = torch.Generator().manual_seed(3)
+    worst = 0.0
+    for tick in range(8):  # per parity: 2 eager warm-up calls, the capture, then replays
+        obs_host.copy_(torch.randn(rows, OBS_DIM, generator=gen))
+        reset_host.copy_(torch.rand(rows, generator=gen) < 0.2)
+        obs = {"actor": obs_host.cuda()}
+        train_obs, eval_obs = {"actor": obs["actor"][:NUM_ENVS]}, {"actor": obs["actor"][NUM_ENVS:]}
+        torch.cuda.manual_seed(70 + tick)
+        graph(tick % 2)
+        got = action_host.cuda()
+        if name == "fastsac":  # the same random draw both ways
+            torch.cuda.manual_seed(70 + tick)
+            train = eager.explore(train_obs, reset_host[:NUM_ENVS].cuda())
+        else:  # the noise the graph held (see test_inference_graph_matches_eager_act_and_explore)
+            with torch.no_grad():
+                mean, log_std = eager.actor.dist(train_obs["actor"], training=False)
+                train = torch.tanh(mean + log_std.exp() * production.noise_hold.noise)
+        expected = torch.cat([train, eager.act(eval_obs)]) * half + mid
+        worst = max(worst, float((got - expected).abs().max()))
+        torch.testing.assert_close(got, expected, atol=2 * ACTION_ATOL[amp], rtol=0)  # x2: the scaling
+        torch.testing.assert_close(kept[tick % 2] * half + mid, got, atol=1e-6, rtol=0)
+    assert graph.error is None and all(call.graph is not None for call in graph.calls)
+    print(f"\n[gpu] {name} {amp}: whole-tick graph, max |diff| against eager {worst:.2e}")
+
+
+def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp_path):
+    """The real runtime (hopper, FastSAC, compile + graphs) with `runtime.tick_graph=true`: the tick graph is
+    captured, nothing fell back to eager, and the device timeline still alternates inference and update
+    phases without overlap."""
+    repo = Path(__file__).resolve().parents[2]
+    if str(repo) not in sys.path:  # benchmark/ is a top-level folder, importable from the repository root
+        sys.path.insert(0, str(repo))
+    from hydra import compose, initialize_config_dir
+
+    from benchmark.offpolicy.check_timeline import check_track
+    from offpolicy.runner import Runner
+    from offpolicy.timeline import load_intervals
+
+    overrides = [
+        "algo=fastsac", "env=hopper", "env.num_envs=64", "eval.num_envs=4", "eval.episodes=4",
+        "eval.interval_s=null", "eval.interval_env_steps=3200", "eval.final=false", "train.total_env_steps=12800",
+        "train.learning_starts=640", "logger=none", "checkpoint.interval_env_steps=0", "runtime.trace=true",
+        "runtime.tick_graph=true", "algo.batch_size=256", "device=cuda",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=str(repo / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    summary = Runner(cfg, tmp_path).run()
+    assert summary["tick_graph"] == "captured" and not summary["graph_errors"], summary
+    report = check_track(load_intervals(tmp_path / "timeline.json", "device"))
+    assert report["passed"] and report["inference_intervals"] >= 150, report

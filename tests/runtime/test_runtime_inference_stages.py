@@ -75,3 +75,12 @@ def test_a_slow_actor_call_lands_in_its_own_stage(tmp_path, sleepy, stage):
         # the stages are the tick: their medians add up to about the mean tick (no long tails here)
         assert sum(ms.values()) == pytest.approx(row["perf/inference_tick_ms"], rel=0.3)
         assert row["perf/inference_behind_update_fraction"] == 0.0  # CPU: updates never run asynchronously
+
+
+def test_the_tick_graph_option_is_off_without_cuda(tmp_path):
+    """`runtime.tick_graph=true` asks for a CUDA graph; on the CPU the run takes the eager tick and says so."""
+    cfg = make_cfg(train={"total_env_steps": 4 * 20, "learning_starts": 0}, runtime={"tick_graph": True})
+    runner = run_in_process(cfg, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tick_graph"] == "off" and runner.learner.tick_graph_wanted is False
+    assert summary["ticks"] == 20 and not summary["graph_errors"]
