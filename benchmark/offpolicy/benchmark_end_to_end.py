@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-ticks", type=int, default=None, help="steady-state ticks recorded and replayed")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=str(OUTPUTS / "end_to_end"))
+    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every runner run (after --)")
     args = p.parse_args(argv)
     num_envs = args.num_envs or (16 if args.quick else 1024)
     ticks = args.ticks or (60 if args.quick else 600)
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         f"runtime.trace_max_ticks={ticks + 1}",
         "replay.capacity=1000000",
         "eval.final=false",
+        *args.overrides,
     ]
     record_ticks = args.record_ticks or max(10, ticks // 4)
     record = [f"+runtime.record.start_tick={ticks - record_ticks - 2}", f"+runtime.record.ticks={record_ticks}"]
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "steady_fraction": args.steady_fraction,
         "quick": args.quick,
         "record_ticks": record_ticks,
+        "overrides": list(args.overrides),
     }
     planned = len(args.tasks) * (2 + len(args.algos))
 
