@@ -62,6 +62,19 @@ def timed(fn, ticks: int, warmup: int, gap_s: float = 0.0) -> dict:
     return {"median_us": statistics.median(lat_us), "p90_us": lat_us[int(0.9 * len(lat_us))]}
 
 
+def timed_after(gap, fn, calls: int, warmup: int = 5) -> dict:
+    """Latency of `fn` (host wall clock) right after each `gap()`; the first `warmup` calls are not counted."""
+    lat = []
+    for i in range(calls + warmup):
+        gap()
+        t0 = time.perf_counter()
+        fn()
+        if i >= warmup:
+            lat.append(1e6 * (time.perf_counter() - t0))
+    lat.sort()
+    return {"median_us": statistics.median(lat), "p90_us": lat[int(0.9 * len(lat))]}
+
+
 def physics_load(env_name: str, num_envs: int, cpus: list[int], stop, ready) -> None:
     """Step a bare pool with uniform random actions on `cpus` until `stop` is set (a collector's load on the
     host's caches and memory, without the runtime); `ready` is set after the first steps."""
@@ -242,15 +255,7 @@ def main(argv=None) -> int:
                 ("tiny kernel every 2 ms", lambda: gap_with_tiny_kernels(25.0, 2.0)),
                 ("spin kernel over 90% of it", lambda: gap_with_spin_kernel(25.0, 0.9)),
             ):
-                lat = []
-                for i in range(args.ticks // 2 + 5):
-                    gap()
-                    t0 = time.perf_counter()
-                    learner_like(True)
-                    if i >= 5:
-                        lat.append(1e6 * (time.perf_counter() - t0))
-                lat.sort()
-                r = {"median_us": statistics.median(lat), "p90_us": lat[int(0.9 * len(lat))]}
+                r = timed_after(gap, lambda: learner_like(True), args.ticks // 2)
                 rows.append({"variant": f"shm_slots+eval after 25 ms idle, {label}", "gap_ms": 25.0, **r})
                 print(f"25 ms gap, {label:28s} median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us", flush=True)
 
@@ -269,15 +274,7 @@ def main(argv=None) -> int:
                     r = timed(lambda: learner_like(True), args.ticks, warmup=5)
                     rows.append({"variant": f"shm_slots+eval, {phase}", "physics_load_cpus": cpus, **r})
                     print(f"{phase:14s} back to back  median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us")
-                    lat = []
-                    for i in range(args.ticks // 2 + 5):
-                        awake_gap()
-                        t0 = time.perf_counter()
-                        learner_like(True)
-                        if i >= 5:
-                            lat.append(1e6 * (time.perf_counter() - t0))
-                    lat.sort()
-                    r = {"median_us": statistics.median(lat), "p90_us": lat[int(0.9 * len(lat))]}
+                    r = timed_after(awake_gap, lambda: learner_like(True), args.ticks // 2)
                     label = "after the keep-awake 25-ms wait" if device.type == "cuda" else "(CPU: no gap)"
                     rows.append({"variant": f"shm_slots+eval {label}, {phase}", "physics_load_cpus": cpus, **r})
                     print(f"{phase:14s} {label}  median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us")
