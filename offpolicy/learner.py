@@ -375,9 +375,7 @@ class Learner:
                 self.num_train_envs, getattr(self.algorithm, "graph_warmup_calls", 2),
             )  # fmt: skip
         clock = time.perf_counter_ns
-        graph = self._tick_graph
-        call = graph.calls[tick % 2]
-        call()  # launch (or an eager warm-up / capture)
+        self._tick_graph.calls[tick % 2]()  # launch (or an eager warm-up / the capture)
         now = clock()
         marks[0] = marks[2] = marks[3] = 0
         marks[1], last = now - last, now
@@ -394,7 +392,8 @@ class Learner:
 
     @property
     def tick_graph_state(self) -> str:
-        """`off` (not asked for, or no CUDA), `not built` (no policy tick yet), `captured` or `eager` (capture failed)."""
+        """`off` (not asked for, or no CUDA), `not built` (no policy tick yet), `warming up`, `captured`, or
+        `eager` (capture failed)."""
         if not self.tick_graph_wanted:
             return "off"
         if self._tick_graph is None:
