@@ -257,7 +257,7 @@ class RuntimeConfig:
     """how long a waiter spins before it blocks"""
     keep_awake_us: NonNegativeFloat = 200.0
     """CUDA: the learner spins while waiting for observations, with a tiny kernel this often (0: off)"""
-    tick_graph: bool = False
+    tick_graph: bool = True
     """CUDA: the inference tick (copies, both actors, scaling) as one captured graph"""
     poll_s: PositiveFloat = 0.02
     """longest single blocking wait between health checks"""

@@ -110,7 +110,7 @@ class RuntimeSettings:
     """how long a waiter spins before it blocks"""
     keep_awake_us: float = 200.0
     """CUDA: the learner's observation wait spins, with a tiny kernel this often once the device is idle (0: off)"""
-    tick_graph: bool = False
+    tick_graph: bool = True
     """CUDA: the inference tick's copies, actors and scaling as one captured graph (one launch a tick)"""
     poll_s: float = DEFAULT_POLL_S
     """longest single blocking wait between health checks"""

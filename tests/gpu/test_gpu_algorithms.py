@@ -58,6 +58,10 @@ PHASES = 5  # graph_warmup_calls=2 eager calls, the capture on the 3rd, replays 
 LOSS_RTOL = {"none": 1e-5, "bf16": 1e-2, "fp16": 1e-3}
 PARAM_DRIFT = {"none": 5e-3, "bf16": 2e-2, "fp16": 5e-2}
 ACTION_ATOL = {"none": 1e-5, "bf16": 2e-2, "fp16": 1e-5}
+# Exploring actions tanh(mean + std * eps) in bf16: one rounding of log_std (8-bit mantissa, ~2e-3 relative)
+# moves the pre-tanh value by std * |eps| * |log_std| * 2e-3, up to ~4e-2 with std ~5 and |eps| ~3; the whole-tick
+# graph measured 2.9e-2 against eager on the H200. A wrong row, noise or scaling differs by O(1).
+EXPLORE_ATOL = {**ACTION_ATOL, "bf16": 5e-2}
 
 
 def _spec() -> EnvSpec:
@@ -207,7 +211,7 @@ def test_inference_graph_matches_eager_act_and_explore(trained):
                 assert not bool((hold.noise[reset] == held[0][reset]).any())  # reset envs drew afresh
             held = (hold.noise.clone(), hold.count.clone())
         worst_explore = max(worst_explore, float((e_graph - e_eager).abs().max()))
-        torch.testing.assert_close(e_graph, e_eager, atol=ACTION_ATOL[amp], rtol=0)
+        torch.testing.assert_close(e_graph, e_eager, atol=EXPLORE_ATOL[amp], rtol=0)
     assert {key[0] for key in production._captured} >= {"act", "explore"} and not production.graph_errors
     assert name == "fastsac" or kept > 0  # some held noise was really carried across replays
     print(f"\n[gpu] {name} {amp}: act max |diff| {worst_act:.2e}, explore max |diff| {worst_explore:.2e}")
@@ -307,7 +311,9 @@ def test_whole_tick_graph_matches_eager_explore_and_snapshot_act(trained):
                 train = torch.tanh(mean + log_std.exp() * production.noise_hold.noise)
         expected = torch.cat([train, eager.act(eval_obs)]) * half + mid
         worst = max(worst, float((got - expected).abs().max()))
-        torch.testing.assert_close(got, expected, atol=2 * ACTION_ATOL[amp], rtol=0)  # x2: the scaling
+        # x2: the scaling; the training rows explore, the evaluation rows act
+        torch.testing.assert_close(got[:NUM_ENVS], expected[:NUM_ENVS], atol=2 * EXPLORE_ATOL[amp], rtol=0)
+        torch.testing.assert_close(got[NUM_ENVS:], expected[NUM_ENVS:], atol=2 * ACTION_ATOL[amp], rtol=0)
         torch.testing.assert_close(kept[tick % 2] * half + mid, got, atol=1e-6, rtol=0)
     assert graph.error is None and all(call.graph is not None for call in graph.calls)
     print(f"\n[gpu] {name} {amp}: whole-tick graph, max |diff| against eager {worst:.2e}")
