@@ -14,9 +14,17 @@ This is how every run under `benchmark/outputs/learning/` is made (benchmark/REA
    `ratio_to_replayed_bare`).
 
 The kept folder, `<out>/<task>_<algo>_seed<k>/`, holds `metrics.csv`, `summary.json` (`snapshot_eval`: the final
-snapshot's episodes, mean, median, min), `config_resolved.yaml`, `train_console.log`, `eval_final.json` and
-`replay.json`; the checkpoint and the timeline stay in the work dir (`--work`). Runs stop on wall clock, so two
-runs of one seed are not bit-identical.
+snapshot's episodes, mean, median, min), `config_resolved.yaml`, `train_console.log`, `eval_final.json`,
+`replay.json` and `learning_run.json` (the commands, the compile cache, the stages' exit statuses and seconds);
+the checkpoint and the timeline stay in the work dir (`--work`). Runs stop on wall clock, so two runs of one seed
+are not bit-identical.
+
+The wall-clock budget includes the torch.compile warm-up, which takes ~20-55 s with an empty Inductor/Triton cache
+and ~5-10 s with one another run on the same machine filled (FlashSAC Humanoid: first update phase 51-56 s cold,
+5-7 s warm). So every run compiles from an empty cache of its own (`--compile-cache cold`, the default: fresh
+`TORCHINDUCTOR_CACHE_DIR` and `TRITON_CACHE_DIR` under the work dir), as a first run on a fresh machine does, and
+runs of one table are comparable whatever ran on the host before them. `--compile-cache shared` keeps the
+process's own cache settings (what a researcher's repeated runs see).
 
     python -m benchmark.offpolicy.learning_run --algo flashsac --task humanoid --seed 1     # GPU host, 8 min
     python -m benchmark.offpolicy.learning_run --algo fastsac --task dmc_dog_run --seed 0 --budget 15min
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,8 +49,33 @@ if str(REPO) not in sys.path:
 
 from benchmark.machine import OUTPUTS, parse_cpus  # noqa: E402
 
-KEPT = ("metrics.csv", "summary.json", "config_resolved.yaml", "train_console.log", "eval_final.json", "replay.json")
+KEPT = (
+    "metrics.csv",
+    "summary.json",
+    "config_resolved.yaml",
+    "train_console.log",
+    "eval_final.json",
+    "replay.json",
+    "learning_run.json",
+)
 """the files of a kept run folder"""
+COMPILE_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+"""where torch.compile keeps compiled kernels between processes (Inductor's FX/AOT graphs, Triton's binaries)"""
+
+
+def compile_cache_env(mode: str, work: Path) -> dict[str, str]:
+    """The training subprocess's environment: `cold` points the compile caches at empty dirs under `work`."""
+    env = dict(os.environ)
+    if mode == "cold":
+        for var in COMPILE_CACHE_VARS:
+            path = work / "compile_cache" / var.split("_")[0].lower()
+            path.mkdir(parents=True, exist_ok=True)
+            if any(path.iterdir()):
+                raise SystemExit(f"{path} is not empty: a cold compile cache must start empty")
+            env[var] = str(path)
+    elif mode != "shared":
+        raise SystemExit(f"--compile-cache {mode!r}: expected one of cold, shared")
+    return env
 
 
 def reference_for(task: str) -> str:
@@ -89,11 +123,11 @@ def eval_command(args: argparse.Namespace, checkpoint: Path, out_dir: Path) -> l
     ]
 
 
-def run_logged(cmd: list[str], log: Path) -> int:
+def run_logged(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
     """Run `cmd` from the repo root, its stdout and stderr into `log` and echoed; returns the exit status."""
     print("+", " ".join(cmd), flush=True)
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
         for line in proc.stdout:
             f.write(line)
@@ -114,9 +148,17 @@ def learning_run(args: argparse.Namespace) -> dict:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    out: dict = {"run": name, "work_dir": str(work)}
+    train_cmd = train_command(args, work)
+    out: dict = {
+        "run": name,
+        "work_dir": str(work),
+        "compile_cache": args.compile_cache,
+        "train_command": train_cmd,
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
     def keep_files() -> None:  # after every stage: a run cut short keeps what it has
+        (work / "learning_run.json").write_text(json.dumps(out, indent=1) + "\n")
         keep.mkdir(parents=True, exist_ok=True)
         for f in KEPT:
             if (work / f).exists():
@@ -126,14 +168,16 @@ def learning_run(args: argparse.Namespace) -> dict:
         shutil.rmtree(keep)
 
     t0 = time.monotonic()
-    out["train_exit"] = run_logged(train_command(args, work), work / "train_console.log")
+    env = compile_cache_env(args.compile_cache, work)
+    out["train_exit"] = run_logged(train_cmd, work / "train_console.log", env)
     out["train_s"] = time.monotonic() - t0
     keep_files()
     checkpoint = work / "checkpoints" / "latest.pt"
     if checkpoint.exists():
         t0 = time.monotonic()
         eval_dir = work / "eval_final"
-        out["eval_exit"] = run_logged(eval_command(args, checkpoint, eval_dir), work / "eval_console.log")
+        out["eval_command"] = eval_command(args, checkpoint, eval_dir)
+        out["eval_exit"] = run_logged(out["eval_command"], work / "eval_console.log")
         out["eval_s"] = time.monotonic() - t0
         if (eval_dir / "eval.json").exists():
             shutil.copy(eval_dir / "eval.json", work / "eval_final.json")
@@ -153,6 +197,7 @@ def learning_run(args: argparse.Namespace) -> dict:
         out["eval_final"] = {"own": ev.get("return_median")} | {
             ref: block.get("median") for ref, block in (ev.get("reference") or {}).items()
         }
+    keep_files()
     print(json.dumps(out), flush=True)
     return out
 
@@ -172,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(OUTPUTS / "learning"), help="parent of the kept run folder")
     p.add_argument("--work", default=None, help="parent of the full run dir (default: a temporary dir)")
     p.add_argument("--force", action="store_true", help="replace an existing kept folder")
+    p.add_argument(
+        "--compile-cache",
+        default="cold",
+        choices=("cold", "shared"),
+        help="cold (default): compile from empty Inductor/Triton caches; shared: the process's own caches",
+    )
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the training run (after --)")
     args = p.parse_args(argv)
     result = learning_run(args)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmark.offpolicy.learning_run import KEPT, main, reference_for
+from benchmark.offpolicy.learning_run import KEPT, compile_cache_env, main, reference_for
 
 
 # re-scored in Gymnasium's env / dm_control's; the window from a tick / from a time into the loop
@@ -42,3 +42,19 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
         assert 0 < replay["window_start_tick"] < summary["ticks"] - 10 and rows
     assert replay["replay_obs_max_abs_diff"] == 0.0 and replay["replay_states_agree"]
     assert replay["ratio_to_replayed_bare"] > 0
+    # the run compiled from empty caches of its own, and the kept record says so with its commands
+    record = json.loads((kept / "learning_run.json").read_text())
+    assert record["compile_cache"] == "cold" and record["train_exit"] == 0 and record["eval_exit"] == 0
+    assert f"env={task}" in record["train_command"] and record["snapshot_eval"]["episodes"] == 2
+    assert (tmp_path / "work" / f"{task}_fastsac_seed3" / "compile_cache" / "torchinductor").is_dir()
+
+
+def test_a_cold_compile_cache_points_torch_at_empty_dirs_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/shared")
+    env = compile_cache_env("cold", tmp_path)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile_cache" / "torchinductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "compile_cache" / "triton")
+    assert compile_cache_env("shared", tmp_path)["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/shared"
+    (tmp_path / "compile_cache" / "triton" / "kernel.bin").write_bytes(b"\0")  # a cache left from before
+    with pytest.raises(SystemExit, match="not empty"):
+        compile_cache_env("cold", tmp_path)
