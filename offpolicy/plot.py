@@ -366,10 +366,12 @@ class TableRow:
     algo: str
     seeds: int
     at: list[Milestone]
-    target: float | None
-    time_to_target_s: float
-    """median over seeds of the time to the first snapshot whose median reached the target (inf: not reached)"""
-    seeds_reaching: int
+    targets: tuple[float, ...]
+    """the returns asked for (--targets), in the order given"""
+    time_to_target_s: tuple[float, ...]
+    """per target: median over seeds of the time to the first snapshot whose median reached it (inf: not reached)"""
+    seeds_reaching: tuple[int, ...]
+    """per target: how many seeds reached it"""
     final_median_min: tuple[float, float]
     """min over seeds of each final snapshot's median episode return, and its median over seeds"""
     rescore: dict[str, float]
@@ -377,7 +379,7 @@ class TableRow:
 
 
 def results_table(
-    runs: list[RunRecord], metric: str, seconds: list[float], targets: dict[str, float]
+    runs: list[RunRecord], metric: str, seconds: list[float], targets: dict[str, tuple[float, ...]]
 ) -> list[TableRow]:
     """Per (env, algo): the milestones, time to target, the final snapshot's median and the re-scores."""
     grouped: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
@@ -386,8 +388,8 @@ def results_table(
     at = milestones(runs, metric, seconds)
     table = []
     for (env, algo), group in sorted(grouped.items()):
-        target = targets.get(env)
-        times = [time_to_target(run, target) for run in group] if target is not None else []
+        wanted = tuple(targets.get(env, ()))
+        times = [[time_to_target(run, target) for run in group] for target in wanted]
         finals = []
         for run in group:
             values = run.columns.get(MEDIAN_KEY)
@@ -403,9 +405,9 @@ def results_table(
                 algo=algo,
                 seeds=len(group),
                 at=[m for m in at if (m.env, m.algo) == (env, algo)],
-                target=target,
-                time_to_target_s=float(np.median(times)) if times else math.nan,
-                seeds_reaching=sum(math.isfinite(t) for t in times),
+                targets=wanted,
+                time_to_target_s=tuple(float(np.median(t)) for t in times),
+                seeds_reaching=tuple(sum(math.isfinite(x) for x in t) for t in times),
                 final_median_min=(min(finals), float(np.median(finals))) if finals else (math.nan, math.nan),
                 rescore={k: float(np.median(v)) for k, v in rescores.items()},
             )
@@ -434,12 +436,11 @@ def markdown_table(rows: list[TableRow], metric: str) -> str:
             cells.append(f"{m.median:,.0f} [{m.low:,.0f}]" if m.seeds else "n/a")
         last = r.at[-1] if r.at else None
         cells.append(f"{last.env_steps / 1e6:.1f} M" if last and last.seeds else "n/a")
-        if r.target is None:
-            cells += ["", ""]
-        else:
-            reached = f"{r.seeds_reaching}/{r.seeds} seeds"
-            when = f"{r.time_to_target_s / 60:.1f} min" if math.isfinite(r.time_to_target_s) else "not reached"
-            cells += [f"{r.target:,.0f}", f"{when} ({reached})"]
+        whens = []
+        for when_s, reaching in zip(r.time_to_target_s, r.seeds_reaching, strict=True):
+            when = f"{when_s / 60:.1f} min" if math.isfinite(when_s) else "not reached"
+            whens.append(f"{when} ({reaching}/{r.seeds} seeds)")
+        cells += [" / ".join(f"{t:,.0f}" for t in r.targets), " / ".join(whens)]
         low, median = r.final_median_min
         cells.append(f"{median:,.0f} ({low:,.0f})" if math.isfinite(median) else "n/a")
         cells.append(", ".join(f"{k}: {v:,.0f}" for k, v in r.rescore.items()) or "n/a")
@@ -471,8 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         type=_target,
         nargs="+",
         default=[],
-        metavar="ENV=RETURN",
-        help="with --at-seconds: time to the first snapshot whose median return reached the target, per env",
+        metavar="ENV=RETURN[,RETURN...]",
+        help="with --at-seconds: time to the first snapshot whose median return reached each target, per env",
     )
     parser.add_argument(
         "--at-seconds",
@@ -484,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        targets = dict(args.targets)
+        targets: dict[str, tuple[float, ...]] = {}
+        for env, returns in args.targets:  # an env named twice keeps both lists, in order
+            targets[env] = targets.get(env, ()) + returns
         out, metric = plot(args.dir, args.out, args.metric, args.spread, args.center)
     except PlotArgumentError as exc:
         print(f"[offpolicy.plot] invalid arguments: {exc}", file=sys.stderr)
@@ -511,16 +514,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _target(text: str) -> tuple[str, float]:
-    """A --targets value: ENV=RETURN with a finite return."""
+def _target(text: str) -> tuple[str, tuple[float, ...]]:
+    """A --targets value: ENV=RETURN[,RETURN...] with finite returns."""
     env, _, value = text.partition("=")
     try:
-        number = float(value)
+        numbers = tuple(float(v) for v in value.split(","))
     except ValueError:
-        number = math.nan
-    if not env or not math.isfinite(number):
-        raise argparse.ArgumentTypeError(f"--targets {text}: must be ENV=RETURN, e.g. ant=6000")
-    return env, number
+        numbers = (math.nan,)
+    if not env or not all(math.isfinite(n) for n in numbers):
+        raise argparse.ArgumentTypeError(
+            f"--targets {text}: must be ENV=RETURN[,RETURN...], e.g. ant=6000 or dmc_dog_run=600,850"
+        )
+    return env, numbers
 
 
 def _seconds(text: str) -> float:

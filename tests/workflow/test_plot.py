@@ -267,8 +267,11 @@ def test_time_to_target_uses_each_seeds_first_snapshot_median_reaching_it(tmp_pa
     assert plot.time_to_target(runs[1], 12.0) == 480.2  # its first snapshot's median was 5
     assert plot.time_to_target(runs[1], 100.0) == float("inf")
     # target 40: seed 0 at 480.4 s (median 60), seed 1 never (33), seed 2 at 480.1 s (71): median 480.4 s
-    (row,) = plot.results_table(list(runs.values()), "eval/return", [120.0, 480.0], {"ant": 40.0})
-    assert row.time_to_target_s == 480.4 and row.seeds_reaching == 2
+    (row,) = plot.results_table(list(runs.values()), "eval/return", [120.0, 480.0], {"ant": (40.0,)})
+    assert row.time_to_target_s == (480.4,) and row.seeds_reaching == (2,)
+    # several targets at once (the DMC table's 600 / 850): each its own median time and count
+    (row,) = plot.results_table(list(runs.values()), "eval/return", [480.0], {"ant": (12.0, 40.0, 100.0)})
+    assert row.time_to_target_s[1:] == (480.4, float("inf")) and row.seeds_reaching == (3, 2, 0)
     assert row.final_median_min == (33.0, 60.0)  # the final snapshots' medians: 60, 33, 71
 
 
@@ -290,3 +293,7 @@ def test_cli_writes_the_results_table_in_markdown(tmp_path):
     assert table[2] == (
         "| fastsac | ant | 3 | 20 [10] | 50 [30] | 0.0 M | 40 | 8.0 min (2/3 seeds) | 60 (33) | own: 51, gymnasium: 49 |"
     )
+    proc = subprocess.run([*cmd[:-1], "ant=40,100"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    row = (tmp_path / "curves_table.md").read_text().splitlines()[2]
+    assert "| 40 / 100 | 8.0 min (2/3 seeds) / not reached (0/3 seeds) |" in row
