@@ -319,10 +319,11 @@ def test_whole_tick_graph_matches_eager_explore_and_snapshot_act(trained):
     print(f"\n[gpu] {name} {amp}: whole-tick graph, max |diff| against eager {worst:.2e}")
 
 
-def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp_path):
-    """The real runtime (hopper, FastSAC, compile + graphs) with `runtime.tick_graph=true`: the tick graph is
-    captured, nothing fell back to eager, and the device timeline still alternates inference and update
-    phases without overlap."""
+@pytest.mark.parametrize("algo", ["fastsac", "flashsac"])
+def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp_path, algo):
+    """The real runtime (hopper, compile + graphs, snapshot evaluations on 4 rows) with the tick graph (the
+    default on CUDA): the tick graph is captured, nothing fell back to eager, and the device timeline still
+    alternates inference and update phases without overlap."""
     repo = Path(__file__).resolve().parents[2]
     if str(repo) not in sys.path:  # benchmark/ is a top-level folder, importable from the repository root
         sys.path.insert(0, str(repo))
@@ -333,7 +334,7 @@ def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp
     from offpolicy.timeline import load_intervals
 
     overrides = [
-        "algo=fastsac", "env=hopper", "env.num_envs=64", "eval.num_envs=4", "eval.episodes=4",
+        f"algo={algo}", "env=hopper", "env.num_envs=64", "eval.num_envs=4", "eval.episodes=4",
         "eval.interval_s=null", "eval.interval_env_steps=3200", "eval.final=false", "train.total_env_steps=12800",
         "train.learning_starts=640", "logger=none", "checkpoint.interval_env_steps=0", "runtime.trace=true",
         "runtime.tick_graph=true", "algo.batch_size=256", "device=cuda",
@@ -344,3 +345,4 @@ def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp
     assert summary["tick_graph"] == "captured" and not summary["graph_errors"], summary
     report = check_track(load_intervals(tmp_path / "timeline.json", "device"))
     assert report["passed"] and report["inference_intervals"] >= 150, report
+    assert summary["snapshot_evaluations"] >= 1, summary  # the graph's evaluation rows acted for whole episodes
