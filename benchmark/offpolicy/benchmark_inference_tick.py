@@ -121,6 +121,92 @@ def under_physics_load(env_name: str, num_envs: int, cpus: list[int] | None):
             proc.kill()
 
 
+def graph_tick_split(args, algo, spec, n: int, obs_shm, reset_shm, act_shm, scaling, tiny) -> list[dict]:
+    """The runtime's one-graph tick (`runtime.tick_graph`, `offpolicy.learner.TickGraph`, on the same page-locked
+    slots): the host's launch, the tick (launch to the actions in the slot) and the device's time (CUDA events)
+    per call, back to back, after the keep-awake 25-ms wait, and under a collector's physics load; and for scale
+    the launch of a one-kernel graph. In a run the learner's stages read `policy` (launch) and `action_copy`."""
+    from offpolicy.learner import TickGraph
+
+    low, mid, half = scaling
+    high = low + 2 * half
+    algo.snapshot_actor()
+    kept = torch.zeros(2, act_shm.shape[0], spec.action_dim, device=algo.device)
+
+    def finish(action, parity):
+        kept[parity].copy_(action)
+        return torch.clamp(action * half + mid, low, high)
+
+    graph = TickGraph(algo, {"actor": obs_shm}, reset_shm, act_shm, finish, n, warmup=2)
+    for tick in range(8):  # the eager warm-up calls and the capture of both parities
+        graph(tick % 2)
+    if graph.error:
+        raise RuntimeError(f"the tick graph fell back to eager: {graph.error}")
+    one_kernel = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        tiny.add_(1.0)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(one_kernel):
+        tiny.add_(1.0)
+    stream = torch.cuda.current_stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def split(launch, gap, calls: int) -> dict:
+        launch_us, tick_us, device_us = [], [], []
+        for i in range(calls + 5):
+            gap()
+            t0 = time.perf_counter()
+            start.record(stream)
+            launch(i % 2)
+            end.record(stream)
+            t1 = time.perf_counter()
+            stream.synchronize()
+            t2 = time.perf_counter()
+            if i >= 5:
+                launch_us.append(1e6 * (t1 - t0))
+                tick_us.append(1e6 * (t2 - t0))
+                device_us.append(1e3 * start.elapsed_time(end))
+        return {
+            "median_us": statistics.median(tick_us),
+            "p90_us": sorted(tick_us)[int(0.9 * len(tick_us))],
+            "launch_median_us": statistics.median(launch_us),
+            "device_median_us": statistics.median(device_us),  # events around the launch: includes its latency
+        }
+
+    def awake_gap():  # the runtime's keep-awake wait: the host spins, a one-element kernel every 0.2 ms
+        end_at = time.perf_counter() + 0.025
+        next_kernel = 0.0
+        while (now := time.perf_counter()) < end_at:
+            if now >= next_kernel:
+                tiny.add_(1.0)
+                next_kernel = now + 0.0002
+
+    def no_gap():
+        pass
+
+    rows = []
+    loads = [("no load", None)]
+    if args.physics_load_cpus:
+        loads += [("physics load", parse_cpus(args.physics_load_cpus)), ("no load again", None)]
+    for phase, cpus in loads:
+        with under_physics_load(args.env, args.num_envs, cpus):
+            for what, launch in (
+                ("tick graph", lambda p: graph.calls[p]()),
+                ("one-kernel graph", lambda p: one_kernel.replay()),
+            ):
+                for gap_name, gap in (("back to back", no_gap), ("after the keep-awake 25-ms wait", awake_gap)):
+                    r = split(launch, gap, args.ticks // 2)
+                    rows.append({"variant": f"{what}, {gap_name}, {phase}", "physics_load_cpus": cpus, **r})
+                    print(
+                        f"{what:16s} {gap_name:32s} {phase:13s} tick {r['median_us']:7.1f} us  launch "
+                        f"{r['launch_median_us']:6.1f} us  device {r['device_median_us']:6.1f} us",
+                        flush=True,
+                    )
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algo", default="fastsac")
@@ -278,6 +364,13 @@ def main(argv=None) -> int:
                     label = "after the keep-awake 25-ms wait" if device.type == "cuda" else "(CPU: no gap)"
                     rows.append({"variant": f"shm_slots+eval {label}, {phase}", "physics_load_cpus": cpus, **r})
                     print(f"{phase:14s} {label}  median {r['median_us']:8.1f} us  p90 {r['p90_us']:8.1f} us")
+
+        if device.type == "cuda" and hasattr(algo, "explore_in_graph"):
+            try:
+                rows.extend(graph_tick_split(args, algo, spec, n, obs_shm, reset_shm, act_shm, (low, mid, half), tiny))
+            except Exception as exc:  # keep the rows measured so far
+                rows.append({"variant": "tick_graph", "error": f"{type(exc).__name__}: {exc}"})
+                print(f"tick_graph: {type(exc).__name__}: {exc}", flush=True)
 
         def queued_behind_work():
             for _ in range(8):  # ~ an update phase's worth of queued kernels still running
