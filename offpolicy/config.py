@@ -469,6 +469,8 @@ class EvaluateConfig:
     """seeds the env resets"""
     device: str = "auto"
     """auto | cpu | cuda | cuda:N: where the actor runs"""
+    compile: bool = False
+    """the policy through torch.compile and CUDA graphs as in training (CUDA only); eager by default"""
     video: bool = False
     """render the first episode to an MP4"""
     video_path: str | None = None

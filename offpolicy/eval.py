@@ -250,6 +250,14 @@ def scores(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     return {**return_statistics(returns, lengths), "returns": returns.tolist(), "lengths": lengths.tolist()}
 
 
+def eval_algo_config(algo_cfg: dict[str, Any], compile_policy: bool) -> dict[str, Any]:
+    """The checkpoint's algorithm config as evaluation builds it: eager (no torch.compile, no CUDA graphs) unless
+    `compile=true`; everything else (networks, mixed precision) as trained."""
+    if compile_policy:
+        return dict(algo_cfg)
+    return {**algo_cfg, "compile": False, "cuda_graphs": False}
+
+
 def score_in_gymnasium(spec: Any, algorithm: Any, device: Any, episodes: int, seed: int) -> dict[str, Any]:
     """The policy's statistics in Gymnasium's own task: with this task's options, and with Gymnasium's default
     reward options where this task sets others (observation options kept)."""
@@ -315,6 +323,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     algo_cfg = saved.get("algo")
     if not algo_cfg:
         raise CheckpointError(f"checkpoint {path} has no algo config, so its networks cannot be rebuilt")
+    algo_cfg = eval_algo_config(algo_cfg, bool(cfg.get("compile", False)))
     gl_problem = None
     if cfg.video:
         backend, problem = choose_gl_backend(device.type == "cuda")  # before anything imports mujoco
@@ -373,6 +382,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
         "device": str(device),
+        "compiled_policy": bool(cfg.get("compile", False)) and device.type == "cuda",
         "video": None,
     }
     if reference != "none":

@@ -178,6 +178,17 @@ def test_evaluate_writes_eval_json_with_deterministic_returns(tmp_path):
     assert saved["return_median"] == pytest.approx(np.median(saved["returns"]))
     assert saved["return_min"] == min(saved["returns"]) and "reference" not in saved
     assert first["returns"] == second["returns"]  # mean actions, seeded resets: repeatable
+    assert saved["compiled_policy"] is False
+
+
+def test_evaluation_builds_the_policy_eagerly_unless_asked_to_compile():
+    """A re-score makes a few thousand policy calls: compiling them (seconds to a minute on a cold cache)
+    costs more than it saves, so evaluation turns torch.compile and CUDA graphs off; the rest is as trained."""
+    from offpolicy.eval import eval_algo_config
+
+    trained = {"compile": True, "cuda_graphs": True, "amp": "fp16", "actor_hidden_dim": 64}
+    assert eval_algo_config(trained, False) == {**trained, "compile": False, "cuda_graphs": False}
+    assert eval_algo_config(trained, True) == trained
 
 
 def test_reference_gymnasium_rescores_in_gymnasiums_own_env_with_and_without_our_reward_options(tmp_path):
