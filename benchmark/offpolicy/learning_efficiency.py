@@ -83,6 +83,7 @@ COLUMNS = (
     "updates_per_step",
     *MEDIANS,
     "inference_launch_ms",
+    "inference_tick_mode",
     "learner_saturated",
     "target",
     "num_envs",
@@ -152,6 +153,17 @@ def _config_window(cfg: Any, run: RunRecord, num_envs: int) -> tuple[float | Non
     return start, float(ticks), "config runtime.record.start_s, tick estimated from metrics.csv (not replayed)"
 
 
+TICK_MODES = {"captured": "graph", "eager": "eager, graph capture failed", "off": "eager"}
+"""summary.json `tick_graph` (runtime.tick_graph's state at the end) -> the table's word for the tick"""
+
+
+def tick_mode(summary: dict[str, Any]) -> str:
+    """How the run's inference ticks ran: `graph` (one CUDA graph a tick) or `eager`; runs made before
+    `runtime.tick_graph` existed have no `tick_graph` key and ran the eager tick."""
+    state = summary.get("tick_graph")
+    return TICK_MODES.get(state, "eager") if state is not None else "eager"
+
+
 def efficiency_row(run: RunRecord) -> dict[str, Any]:
     """One run's row (COLUMNS)."""
     from omegaconf import OmegaConf
@@ -189,6 +201,7 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
     row.update(medians)
     launch = [row[f"inference_{stage}_ms"] for stage in LAUNCH_STAGES]
     row["inference_launch_ms"] = None if None in launch else sum(launch)
+    row["inference_tick_mode"] = tick_mode(summary)
     row["learner_saturated"], row["target"] = classify(row["ratio_to_replayed_bare"], row["learner_busy"])
     row.update(
         window_start_tick=None if start is None else round(start),
@@ -246,7 +259,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             ratio,
             _number(r["learner_busy"], ".2f"),
             _number(r["updates_per_s"], ",.0f"),
-            _number(r["inference_tick_ms"], ".2f", " ms"),
+            _number(r["inference_tick_ms"], ".2f", f" ms ({r['inference_tick_mode']})"),
             _stages(r),
             _number(r["collector_wait_ms"], ".2f", " ms"),
             _number(_percent(r["collector_outside_pool_fraction"]), ".1f", "%"),

@@ -127,6 +127,20 @@ def test_medians_over_the_window_rows_only(tmp_path):
     assert (row["task"], row["algo"], row["seed"], row["run"]) == ("hopper", "flashsac", 0, "hopper_flashsac_seed0")
     assert row["replay_exact"] is True and row["ratio_to_replayed_bare"] == pytest.approx(0.8)
     assert row["learner_saturated"] is False and row["target"] == "not met"
+    assert row["inference_tick_mode"] == "eager"  # a summary without `tick_graph` predates the graph tick
+
+
+def test_the_tick_mode_comes_from_the_summary(tmp_path):
+    from benchmark.offpolicy.learning_efficiency import markdown_table
+
+    for name, state in (("hopper_flashsac_seed0", "captured"), ("hopper_flashsac_seed1", "eager")):
+        run = make_run(tmp_path, name, seed=int(name[-1]))
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "tick_graph": state}))
+    rows = efficiency_rows(tmp_path)
+    assert [r["inference_tick_mode"] for r in rows] == ["graph", "eager, graph capture failed"]
+    lines = markdown_table(rows).splitlines()
+    assert " ms (graph) |" in lines[2] and " ms (eager, graph capture failed) |" in lines[3]
 
 
 def test_classification_at_the_boundaries():
