@@ -121,10 +121,10 @@ def under_physics_load(env_name: str, num_envs: int, cpus: list[int] | None):
             proc.kill()
 
 
-def graph_tick_split(args, algo, spec, n: int, obs_shm, reset_shm, act_shm, scaling, tiny) -> list[dict]:
+def graph_tick_split(args, algo, spec, n: int, obs_shm, reset_shm, act_shm, scaling, tiny, awake_gap) -> list[dict]:
     """The runtime's one-graph tick (`runtime.tick_graph`, `offpolicy.learner.TickGraph`, on the same page-locked
     slots): the host's launch, the tick (launch to the actions in the slot) and the device's time (CUDA events)
-    per call, back to back, after the keep-awake 25-ms wait, and under a collector's physics load; and for scale
+    per call, back to back, after `awake_gap` (the keep-awake 25-ms wait), and under a collector's physics load; and for scale
     the launch of a one-kernel graph. In a run the learner's stages read `policy` (launch) and `action_copy`."""
     from offpolicy.learner import TickGraph
 
@@ -174,14 +174,6 @@ def graph_tick_split(args, algo, spec, n: int, obs_shm, reset_shm, act_shm, scal
             "launch_median_us": statistics.median(launch_us),
             "device_median_us": statistics.median(device_us),  # events around the launch: includes its latency
         }
-
-    def awake_gap():  # the runtime's keep-awake wait: the host spins, a one-element kernel every 0.2 ms
-        end_at = time.perf_counter() + 0.025
-        next_kernel = 0.0
-        while (now := time.perf_counter()) < end_at:
-            if now >= next_kernel:
-                tiny.add_(1.0)
-                next_kernel = now + 0.0002
 
     def no_gap():
         pass
@@ -367,7 +359,12 @@ def main(argv=None) -> int:
 
         if device.type == "cuda" and hasattr(algo, "explore_in_graph"):
             try:
-                rows.extend(graph_tick_split(args, algo, spec, n, obs_shm, reset_shm, act_shm, (low, mid, half), tiny))
+
+                def awake():  # the runtime's keep-awake wait
+                    gap_with_host_spin_and_tiny_kernels(25.0, 0.2)
+
+                scaling = (low, mid, half)
+                rows.extend(graph_tick_split(args, algo, spec, n, obs_shm, reset_shm, act_shm, scaling, tiny, awake))
             except Exception as exc:  # keep the rows measured so far
                 rows.append({"variant": "tick_graph", "error": f"{type(exc).__name__}: {exc}"})
                 print(f"tick_graph: {type(exc).__name__}: {exc}", flush=True)

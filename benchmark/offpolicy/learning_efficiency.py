@@ -160,8 +160,7 @@ TICK_MODES = {"captured": "graph", "eager": "eager, graph capture failed", "off"
 def tick_mode(summary: dict[str, Any]) -> str:
     """How the run's inference ticks ran: `graph` (one CUDA graph a tick) or `eager`; runs made before
     `runtime.tick_graph` existed have no `tick_graph` key and ran the eager tick."""
-    state = summary.get("tick_graph")
-    return TICK_MODES.get(state, "eager") if state is not None else "eager"
+    return TICK_MODES.get(summary.get("tick_graph"), "eager")
 
 
 def efficiency_row(run: RunRecord) -> dict[str, Any]:
