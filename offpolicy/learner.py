@@ -633,6 +633,8 @@ class Learner:
             self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.check)
         with tl.phase("ingest", self.num_ticks, transition=last):
             self.ingest(last)
+        if self.tick == self.sleep_at_tick:  # fault knob: the learner is slow after the last transition
+            time.sleep(self.sleep_s)
         return True
 
     def metrics(self) -> dict[str, float]:

@@ -226,7 +226,7 @@ class CollectorProcess:
         if self.process is None:
             return False
         if mp.connection.wait([self.process.sentinel], 0):
-            return True
+            return not self.finished()
         if self.segment is not None and self.segment.control is not None:
             control = self.segment.control
             if control[COLLECTOR_STATE] == CollectorState.FAILED:
@@ -235,6 +235,15 @@ class CollectorProcess:
             if int(control[PRODUCED]) <= tick and time.monotonic() > deadline:
                 return True
         return False
+
+    def finished(self) -> bool:
+        """It produced every tick of the run and exited with status 0: a normal end, not a failure.
+
+        The collector leaves as soon as its last transition is written, which can be while the
+        learner is still inside that tick's update phase or writing its last metrics row.
+        """
+        control = self.segment.control if self.segment is not None else None
+        return self.process.exitcode == 0 and control is not None and int(control[PRODUCED]) >= self.cfg.num_ticks
 
     def check_now(self) -> None:
         """`check` without its rate limit, plus the owed-transition deadline (the watchdog's interrupt)."""
@@ -258,7 +267,7 @@ class CollectorProcess:
         if now < self._next_liveness_check:
             return
         self._next_liveness_check = now + 0.02
-        if self.process.exitcode is not None:
+        if self.process.exitcode is not None and not self.finished():
             self._raise_dead("while the learner waited for it")
         if now > self._deadline:
             self.hung = True

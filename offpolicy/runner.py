@@ -31,7 +31,8 @@ Hidden keys (not in the YAML; set with `+runtime....=` for tests and debugging):
     runtime.fault.collector_raise_at_tick   the collector raises inside env.step at this tick
     runtime.fault.collector_hang_at_tick    the collector hangs inside env.step at this tick
     runtime.fault.learner_raise_at_tick     the learner raises at this tick
-    runtime.fault.learner_sleep_at_tick     the learner's update phase of this tick sleeps
+    runtime.fault.learner_sleep_at_tick     the learner's update phase of this tick sleeps (the run's
+                                            tick count: it sleeps after ingesting the last transition)
     runtime.fault.learner_sleep_s           ... this long (a deliberately long learner phase)
     runtime.fault.collector_step_delay_s    random sleep up to this long before each step
     runtime.env_factory                     `module:function` building the NpEnv instead of envs.make

@@ -273,6 +273,20 @@ def test_watchdog_notices_a_killed_collector_while_the_learner_is_in_a_long_phas
     run.assert_clean()
 
 
+def test_a_collector_that_finished_its_ticks_and_left_is_not_a_failure(tmp_path):
+    """The collector exits as soon as its last transition is consumed; a slow learner after that ends cleanly."""
+    run = CliRun(
+        tmp_path,
+        "train.total_env_steps=800",  # 100 ticks of 8 envs
+        "+runtime.fault.learner_sleep_at_tick=100",  # after the last transition, while the watchdog still watches
+        "+runtime.fault.learner_sleep_s=1.0",
+    )
+    code, _, err, _ = run.finish(timeout_s=120)
+    assert code == 0, err
+    assert json.loads((tmp_path / "summary.json").read_text())["completed"] is True
+    run.assert_clean()
+
+
 def test_collector_failing_to_build_its_env(tmp_path):
     # (an unknown env.name is refused before the collector starts: offpolicy.config)
     run = CliRun(tmp_path, "train.total_env_steps=800", "+runtime.env_factory=envs:no_such_factory")
