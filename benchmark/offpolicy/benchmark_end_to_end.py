@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     kept_trace = True
                 replayed = replay_run(Path(tmp), busy_cpus=learner)
                 stages = inference_stages(Path(tmp), args.steady_fraction)
-                collector = collector_serial(load_intervals(trace, "collector")) or {}
+                serial = collector_serial(load_intervals(trace, "collector")) or {}
             row = {
                 "task": task,
                 "run": name,
@@ -235,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                 "ratio_to_replayed_bare_busy_cpus": replayed["env_steps_per_s"]
                 / replayed["replayed_bare_busy_cpus_env_steps_per_s"],
                 "uniform_action_bare_env_steps_per_s": bare,
-                "collector_outside_physics_fraction": collector.get("outside_physics_fraction"),
-                "collector_outside_physics_us_median": collector.get("outside_physics_us_median"),
+                "collector_outside_physics_fraction": serial.get("outside_physics_fraction"),
+                "collector_outside_physics_us_median": serial.get("outside_physics_us_median"),
             }
             if replayed["replay_obs_max_abs_diff"] != 0.0 or not replayed["replay_states_agree"]:
                 print(f"   WARNING: the replay did not reproduce the run: {replayed}", flush=True)
