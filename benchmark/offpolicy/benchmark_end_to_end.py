@@ -220,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                     kept_trace = True
                 replayed = replay_run(Path(tmp), busy_cpus=learner)
                 stages = inference_stages(Path(tmp), args.steady_fraction)
-                serial = collector_serial(load_intervals(trace, "collector")) or {}
+                # the steady window only: the run-wide sum also counts the compile-long first ticks
+                collector_track = load_intervals(trace, "collector")
+                serial = (
+                    collector_track and collector_serial(steady_window(collector_track, args.steady_fraction)[0])
+                ) or {}
             row = {
                 "task": task,
                 "run": name,

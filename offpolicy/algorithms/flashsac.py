@@ -95,11 +95,13 @@ class FlashSAC(OffPolicyAlgorithm):
       env here because exploration state is reset per env from the collector's done flags
       (design property 3: a new episode never inherits the last one's noise), which a
       single shared hold cannot do without also cutting every other env's hold.
-    - The replay holds 1M transitions (conf/replay/default.yaml, shared with FastSAC)
-      where the reference's recipe keeps 10M. The published runs used 1M, so at their
-      ~25-150k env steps/s it holds the last ~7-40 s of experience; 10M
-      (`replay.capacity=10000000`, ~4.4 GB of device memory for Humanoid) is one override
-      away but was not measured, so the default stays what the results were made with.
+    - The replay holds 1M transitions on every task but Humanoid (conf/replay/default.yaml,
+      shared with FastSAC) where the reference's recipe keeps 10M: 1M fits a CPU-only
+      machine's memory, and the FlashSAC Ant run under the previous protocol held its
+      episodes with it. Humanoid's default is the reference's 10M
+      (conf/algo_env/flashsac_humanoid.yaml, ~4.4 GB of device memory): with 1M, which holds
+      only the last ~45 s of experience there, its training population fell 2-4 times a run;
+      with 10M, on the tuning seed, never.
     - An update whose batch, loss or gradients are not finite is skipped on the device
       (`_phase`); the reference would apply it.
     - Optional, off by default: `reward_scale_horizon_bound=true` also bounds the reward
