@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -226,6 +227,8 @@ def main(argv=None) -> int:
     layout = Layout.for_spec(n_all, dict(spec.obs_dims), spec.action_dim, 2)
     seg = SharedSegment.create(layout)
     rows = []
+    complete = False
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # a time limit's SIGTERM still unlinks and keeps the rows
     try:
         if device.type == "cuda":
             ptr = seg.arrays["control"].ctypes.data
@@ -395,11 +398,17 @@ def main(argv=None) -> int:
             rows.append({"variant": f"stage:{name}", **r})
             print(f"stage {name:20s} median {r['median_us']:8.1f} us", flush=True)
         print("graph_errors:", algo.graph_errors)
+        complete = True
     finally:
         seg.unlink()
         seg.close()
-    write_results(f"inference_tick_{args.algo}", rows, {"args": vars(args), "device": str(device)}, args.out)
+        meta = {"args": vars(args), "device": str(device), "complete": complete}
+        print("results:", write_results(f"inference_tick_{args.algo}", rows, meta, args.out), flush=True)
     return 0
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":
