@@ -111,9 +111,13 @@ class TickGraph:
         self.action_host.copy_(self.finish(action, parity), non_blocking=True)
         return {}
 
-    def __call__(self, parity: int) -> None:
-        """Launch the tick's graph (or its eager warm-up) and wait until the actions are in the slot."""
+    def launch(self, parity: int) -> None:
+        """Launch the tick's graph (or its eager warm-up / the capture); returns before the device is done."""
         self.calls[parity]()
+
+    def __call__(self, parity: int) -> None:
+        """Launch the tick's graph and wait until the actions are in the slot."""
+        self.launch(parity)
         torch.cuda.current_stream().synchronize()
 
     @property
@@ -375,7 +379,7 @@ class Learner:
                 self.num_train_envs, getattr(self.algorithm, "graph_warmup_calls", 2),
             )  # fmt: skip
         clock = time.perf_counter_ns
-        self._tick_graph.calls[tick % 2]()  # launch (or an eager warm-up / the capture)
+        self._tick_graph.launch(tick % 2)
         now = clock()
         marks[0] = marks[2] = marks[3] = 0
         marks[1], last = now - last, now
