@@ -323,7 +323,8 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     algo_cfg = saved.get("algo")
     if not algo_cfg:
         raise CheckpointError(f"checkpoint {path} has no algo config, so its networks cannot be rebuilt")
-    algo_cfg = eval_algo_config(algo_cfg, bool(cfg.get("compile", False)))
+    compile_policy = bool(cfg.get("compile", False))
+    algo_cfg = eval_algo_config(algo_cfg, compile_policy)
     gl_problem = None
     if cfg.video:
         backend, problem = choose_gl_backend(device.type == "cuda")  # before anything imports mujoco
@@ -382,7 +383,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
         "device": str(device),
-        "compiled_policy": bool(cfg.get("compile", False)) and device.type == "cuda",
+        "compiled_policy": compile_policy and device.type == "cuda",
         "video": None,
     }
     if reference != "none":
