@@ -13,6 +13,12 @@ For every run folder under the runs dir (`<task>_<algo>_seed<k>/`, as `learning_
 - from `config_resolved.yaml`: task, algo, seed, `updates_per_step` (`train.updates_per_step`, else the
   algo's default, as the runner resolves it) and `num_envs`.
 
+`physics_over_replay`: the in-run pool step (median `perf/collector_physics_ms` over the window's rows)
+over the replay's, `replayed_bare_tick_ms` (one tick of bare physics replaying the window: num_envs /
+`replayed_bare_env_steps_per_s`). Above 1 the physics itself ran slower in the run than replayed alone on
+the same cores, with the same states and actions; the rest of the gap to the replay is the runtime's own
+time outside the pool (the wait for the action, the task numpy, publishing).
+
 `target` (the 0.95 efficiency target on `ratio_to_replayed_bare`): "met" at ratio >= 0.95; below it,
 "learner-bound" when the learner is saturated (median busy >= 0.9: the collector waits for the learner,
 so the ratio does not measure the runtime) and "not met" otherwise. A run without `replay.json` (its
@@ -83,6 +89,8 @@ COLUMNS = (
     "updates_per_step",
     *MEDIANS,
     "inference_launch_ms",
+    "replayed_bare_tick_ms",
+    "physics_over_replay",
     "inference_tick_mode",
     "learner_saturated",
     "target",
@@ -200,6 +208,12 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
     row.update(medians)
     launch = [row[f"inference_{stage}_ms"] for stage in LAUNCH_STAGES]
     row["inference_launch_ms"] = None if None in launch else sum(launch)
+    bare = row["replayed_bare_env_steps_per_s"]
+    row["replayed_bare_tick_ms"] = 1000.0 * num_envs / bare if bare else None
+    physics = row["collector_physics_ms"]
+    row["physics_over_replay"] = (
+        None if physics is None or row["replayed_bare_tick_ms"] is None else physics / row["replayed_bare_tick_ms"]
+    )
     row["inference_tick_mode"] = tick_mode(summary)
     row["learner_saturated"], row["target"] = classify(row["ratio_to_replayed_bare"], row["learner_busy"])
     row.update(
@@ -234,11 +248,20 @@ def _stages(row: dict[str, Any]) -> str:
     return "n/a" if launch is None or copy is None else f"{launch:.2f} / {copy:.2f} ms"
 
 
+def _physics(row: dict[str, Any]) -> str:
+    """`in run / replayed ms (ratio)` of the pool step per tick, or n/a (no replay or no collector phases)."""
+    if row["physics_over_replay"] is None:
+        return "n/a"
+    return (
+        f"{row['collector_physics_ms']:.1f} / {row['replayed_bare_tick_ms']:.1f} ms ({row['physics_over_replay']:.2f})"
+    )
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The efficiency table as Markdown (medians over the metric rows around the recorded window)."""
     head = ["algo", "task", "seed", "in-run env-steps/s (window)", "replayed bare env-steps/s",
             "ratio_to_replayed_bare", "learner busy", "updates/s", "inference tick", "of which: launch / action copy", "collector wait for action",
-            "outside pool (share of cycle)", "target 0.95"]  # fmt: skip
+            "outside pool (share of cycle)", "physics per tick, in run / replayed", "target 0.95"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "| --- | --- | ---: |" + " ---: |" * (len(head) - 4) + " --- |"]
     for r in rows:
         ratio = _number(r["ratio_to_replayed_bare"], ".3f")
@@ -262,6 +285,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             _stages(r),
             _number(r["collector_wait_ms"], ".2f", " ms"),
             _number(_percent(r["collector_outside_pool_fraction"]), ".1f", "%"),
+            _physics(r),
             f"**{target}**" if target == "met" else target,
         ]
         lines.append("| " + " | ".join(cells) + " |")

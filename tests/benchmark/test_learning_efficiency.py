@@ -201,9 +201,24 @@ def test_cli_writes_json_csv_and_the_markdown_table(tmp_path):
     assert markdown in done.stdout
     lines = markdown.splitlines()
     assert lines[0].startswith("| algo | task | seed | in-run env-steps/s (window) |")
-    assert lines[0].endswith("| outside pool (share of cycle) | target 0.95 |")
+    assert lines[0].endswith("| outside pool (share of cycle) | physics per tick, in run / replayed | target 0.95 |")
     assert lines[2].startswith("| FlashSAC | hopper | 0 | 970 | 1,000 | 0.970 | 0.30 | 300 |")
     assert "**met**" in lines[2] and "no replay" in lines[3]
+
+
+def test_physics_over_replay_is_the_in_run_pool_step_over_one_replayed_tick(tmp_path):
+    from benchmark.offpolicy.learning_efficiency import markdown_table
+
+    make_run(tmp_path, "hopper_flashsac_seed0", ratio=0.8)
+    make_run(tmp_path, "hopper_flashsac_seed1", seed=1, ratio=None)
+    row, no_replay = efficiency_rows(tmp_path)
+    # one replayed tick steps the 4 training rows at 1000 env-steps/s: 4 ms (not the in-run 800/s: 5 ms, and
+    # not the 6 rows with the eval rows); the in-run pool step is the window's median, 3 x 9 ms = 27 ms
+    assert row["replayed_bare_tick_ms"] == pytest.approx(4.0)
+    assert row["physics_over_replay"] == pytest.approx(27.0 / 4.0)
+    assert no_replay["replayed_bare_tick_ms"] is None and no_replay["physics_over_replay"] is None
+    table = markdown_table([row, no_replay]).splitlines()
+    assert "| 27.0 / 4.0 ms (6.75) |" in table[2] and "| n/a | no replay" in table[3]
 
 
 STAGES = {"h2d": 0.01, "policy": 0.1, "eval": 0.02, "post": 0.03, "action_copy": 0.5, "publish": 0.005}
