@@ -1,6 +1,7 @@
 """One learning-results run, start to finish: train, re-score the final snapshot, replay a window, keep the files.
 
-This is how every run under `benchmark/outputs/learning/` is made (benchmark/README.md, "Learning"):
+This is how every run under `benchmark/outputs/learning/` (8 minutes) and `learning_dmc/` (the DMC tasks, 15
+minutes) is made (benchmark/README.md, "Learning"):
 
 1. `python -m offpolicy.train algo=<algo> env=<task> seed=<k> budget=<budget>` in a subprocess, learner and
    collector pinned (`affinity=manual`), W&B off, recording a steady-state window of `--record-ticks` ticks
@@ -27,7 +28,7 @@ runs of one table are comparable whatever ran on the host before them. `--compil
 process's own cache settings (what a researcher's repeated runs see).
 
     python -m benchmark.offpolicy.learning_run --algo flashsac --task humanoid --seed 1     # GPU host, 8 min
-    python -m benchmark.offpolicy.learning_run --algo fastsac --task dmc_dog_run --seed 0 --budget 15min
+    python -m benchmark.offpolicy.learning_run --algo fastsac --task dmc_dog_run --seed 0   # 15 min, learning_dmc/
     python -m benchmark.offpolicy.learning_run ... -- algo.temp_max=0.01   # extra overrides after --
 """
 
@@ -81,6 +82,14 @@ def compile_cache_env(mode: str, work: Path) -> dict[str, str]:
 def reference_for(task: str) -> str:
     """The implementation `offpolicy.eval reference=` re-scores a task in."""
     return "dm_control" if task.startswith("dmc_") else "gymnasium"
+
+
+def suite_defaults(task: str) -> tuple[str, Path]:
+    """The budget preset and kept-folder parent of a task's table: the Gymnasium tasks' 8 minutes in
+    `outputs/learning/`, the DeepMind Control Suite's 15 minutes in `outputs/learning_dmc/`."""
+    if reference_for(task) == "dm_control":
+        return "15min", OUTPUTS / "learning_dmc"
+    return "8min", OUTPUTS / "learning"
 
 
 def train_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -207,14 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algo", required=True, choices=("fastsac", "flashsac"))
     p.add_argument("--task", required=True)
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--budget", default="8min", help="conf/budget preset (default 8min)")
+    p.add_argument("--budget", default=None, help="conf/budget preset (default: 8min, 15min for the dmc_ tasks)")
     p.add_argument("--learner-cpus", default="0-1")
     p.add_argument("--collector-cpus", default="2-15")
     p.add_argument("--episodes", type=int, default=16, help="episodes of the offline re-score (default 16)")
     p.add_argument("--record-start-s", type=float, default=300.0, help="the replayed window starts this far in")
     p.add_argument("--record-start-tick", type=int, default=None, help="or at this tick")
     p.add_argument("--record-ticks", type=int, default=200)
-    p.add_argument("--out", default=str(OUTPUTS / "learning"), help="parent of the kept run folder")
+    p.add_argument(
+        "--out", default=None, help="parent of the kept run folder (default: outputs/learning, learning_dmc for dmc_)"
+    )
     p.add_argument("--work", default=None, help="parent of the full run dir (default: a temporary dir)")
     p.add_argument("--force", action="store_true", help="replace an existing kept folder")
     p.add_argument(
@@ -225,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the training run (after --)")
     args = p.parse_args(argv)
+    budget, out = suite_defaults(args.task)
+    args.budget = args.budget or budget
+    args.out = args.out or str(out)
     result = learning_run(args)
     return int(result["train_exit"] != 0 or result.get("eval_exit", 1) != 0)
 

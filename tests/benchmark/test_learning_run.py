@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from benchmark.offpolicy.learning_run import KEPT, compile_cache_env, main, reference_for
+from benchmark.machine import OUTPUTS
+from benchmark.offpolicy.learning_run import KEPT, compile_cache_env, main, reference_for, suite_defaults
 
 
 # re-scored in Gymnasium's env / dm_control's; the window from a tick / from a time into the loop
@@ -58,3 +59,8 @@ def test_a_cold_compile_cache_points_torch_at_empty_dirs_of_its_own(tmp_path, mo
     (tmp_path / "compile_cache" / "triton" / "kernel.bin").write_bytes(b"\0")  # a cache left from before
     with pytest.raises(SystemExit, match="not empty"):
         compile_cache_env("cold", tmp_path)
+
+
+def test_each_suite_runs_its_own_budget_into_its_own_table():
+    assert suite_defaults("humanoid") == ("8min", OUTPUTS / "learning")
+    assert suite_defaults("dmc_dog_run") == ("15min", OUTPUTS / "learning_dmc")
