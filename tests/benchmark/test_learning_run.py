@@ -7,7 +7,15 @@ import json
 import pytest
 
 from benchmark.machine import OUTPUTS
-from benchmark.offpolicy.learning_run import KEPT, compile_cache_env, main, reference_for, suite_defaults
+from benchmark.offpolicy import learning_run as learning_run_module
+from benchmark.offpolicy.learning_run import (
+    KEPT,
+    compile_cache_env,
+    main,
+    reference_for,
+    suite_defaults,
+    train_command,
+)
 
 
 # re-scored in Gymnasium's env / dm_control's; the window from a tick / from a time into the loop
@@ -64,3 +72,25 @@ def test_a_cold_compile_cache_points_torch_at_empty_dirs_of_its_own(tmp_path, mo
 def test_each_suite_runs_its_own_budget_into_its_own_table():
     assert suite_defaults("humanoid") == ("8min", OUTPUTS / "learning")
     assert suite_defaults("dmc_dog_run") == ("15min", OUTPUTS / "learning_dmc")
+
+
+@pytest.mark.parametrize(
+    "task,flags,budget,out",
+    [
+        ("dmc_dog_run", [], "15min", str(OUTPUTS / "learning_dmc")),
+        ("halfcheetah", [], "8min", str(OUTPUTS / "learning")),
+        ("dmc_dog_run", ["--budget", "8min", "--out", "elsewhere"], "8min", "elsewhere"),  # explicit flags win
+    ],
+)
+def test_main_gives_the_training_run_its_suites_budget_and_folder(monkeypatch, tmp_path, task, flags, budget, out):
+    seen = {}
+
+    def fake_learning_run(args):  # stands in for training, re-score and replay
+        seen["args"] = args
+        return {"train_exit": 0, "eval_exit": 0}
+
+    monkeypatch.setattr(learning_run_module, "learning_run", fake_learning_run)
+    assert main(["--algo", "flashsac", "--task", task, "--seed", "0", *flags]) == 0
+    args = seen["args"]
+    assert (args.budget, args.out) == (budget, out)
+    assert f"budget={budget}" in train_command(args, tmp_path)
