@@ -56,6 +56,12 @@ def tolerance(
         raise ValueError(f"lower bound {lower} exceeds upper bound {upper}")
     if margin < 0:
         raise ValueError(f"margin must be non-negative, got {margin}")
+    if sigmoid_kind == "quadratic" and value_at_margin == 0.0 and lower == upper == 0.0 and margin > 0:
+        # The suite's control-cost shaping (humanoid's small_control over the whole action array): the general
+        # path below reduces to 1 - (x / margin)^2 inside the margin and 0 outside (NaN included), bit for bit,
+        # in one pass instead of ~14 over a (num_envs, action_dim) array.
+        scaled = x / margin if margin != 1.0 else np.asarray(x)
+        return np.fmax(1.0 - scaled * scaled, 0.0)
     in_bounds = (lower <= x) & (x <= upper)
     if margin == 0:
         return np.where(in_bounds, 1.0, 0.0)

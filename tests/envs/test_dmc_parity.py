@@ -277,3 +277,18 @@ def test_tolerance_matches_dm_control(kind):
         np.testing.assert_array_equal(tolerance(x, bounds, margin, kind, value), expected)
     with pytest.raises(ValueError, match="unknown sigmoid 'gausian'; valid: gaussian"):
         tolerance(x, (0.0, 1.0), 1.0, "gausian")
+
+
+@pytest.mark.parametrize("margin", [1.0, 0.5, 3.0])
+def test_control_cost_tolerance_matches_dm_control_bit_for_bit(margin):
+    """The one-pass form of quadratic shaping around 0 (humanoid's small_control over whole action arrays)."""
+    from dm_control.utils import rewards
+
+    x = np.random.default_rng(1).uniform(-1.5 * margin, 1.5 * margin, size=(64, 21))
+    x[0, :9] = [0.0, -0.0, margin, -margin, np.nextafter(margin, 0), np.inf, -np.inf, np.nan, 1e300]
+    with np.errstate(over="ignore"):  # 1e300 squared, in both
+        expected = rewards.tolerance(x, bounds=(0, 0), margin=margin, sigmoid="quadratic", value_at_margin=0.0)
+        got = tolerance(x, margin=margin, sigmoid_kind="quadratic", value_at_margin=0.0)
+    assert got.shape == x.shape
+    np.testing.assert_array_equal(got, expected)  # NaN and +-inf actions score 0, as in dm_control
+    assert 0.0 < got[0, 4] < 1e-15 and (got >= 0).all()
