@@ -18,6 +18,12 @@ What it holds:
                              random-action generator
     git_commit               the code that wrote it
 
+A policy file (`export_policy`, `policy_only: True`) keeps everything but `rng` and cuts `algorithm` to the
+actor (its observation normaliser included) and the counters: about a thirtieth of the size, enough for
+`offpolicy.eval` to act exactly as the full checkpoint does, not enough to resume training (refused in one
+line). `benchmark/offpolicy/learning_run.py` keeps one with every result run, so a table's row can be re-scored
+from its own folder.
+
 Not in it: the replay buffer (1M transitions of two observations each are
 gigabytes for Humanoid, and it refills within `train.learning_starts` env
 steps of a resumed run) and the physics state of the collector's envs (a
@@ -47,6 +53,8 @@ FORMAT_VERSION = 1
 """bumped whenever the layout changes in a way older readers cannot follow"""
 LATEST = "latest.pt"
 COUNTER_KEYS = ("env_steps", "ticks", "updates", "policy_version")
+POLICY_KEYS = ("actor", "counters")
+"""what acting needs of `algorithm.state_dict()`: the actor with its normaliser, and the policy version"""
 
 
 class CheckpointError(Exception):
@@ -293,10 +301,46 @@ def check_compatible(
         )
 
 
-def load_algorithm_state(algorithm: Any, ckpt: dict[str, Any], path: str | Path) -> None:
-    """`algorithm.load_state_dict` with any shape or key error turned into a one-line `CheckpointError`."""
+def policy_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") -> dict[str, Any]:
+    """`ckpt` with its algorithm state cut to the policy (`POLICY_KEYS`) and no RNG state, marked `policy_only`."""
+    state = ckpt["algorithm"]
+    missing = [k for k in POLICY_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} has no policy to export: its algorithm state lacks {missing}")
+    policy = {k: v for k, v in ckpt.items() if k not in ("algorithm", "rng")}
+    return {**policy, "algorithm": {k: state[k] for k in POLICY_KEYS}, "policy_only": True}
+
+
+def export_policy(src: str | Path, dst: str | Path) -> Path:
+    """Write the policy of checkpoint `src` to `dst` (atomically): what `offpolicy.eval` needs, a fraction of the size."""
+    return save_checkpoint(dst, policy_checkpoint(load_checkpoint(src), src))
+
+
+def require_resumable(ckpt: dict[str, Any], path: str | Path) -> None:
+    """Refuse a policy file as a training run's starting point, in one line."""
+    if ckpt.get("policy_only"):
+        raise CheckpointError(
+            f"checkpoint {path} holds only a policy (offpolicy.eval can score it) and cannot resume training: "
+            "resume from the run's checkpoints/latest.pt"
+        )
+
+
+def load_algorithm_state(
+    algorithm: Any, ckpt: dict[str, Any], path: str | Path, allow_policy_only: bool = False
+) -> None:
+    """`algorithm.load_state_dict` with any shape or key error turned into a one-line `CheckpointError`.
+
+    A policy file loads only where `allow_policy_only` (evaluation): it has no critics or optimizer state
+    to train on from.
+    """
+    policy_only = bool(ckpt.get("policy_only"))
+    if not allow_policy_only:
+        require_resumable(ckpt, path)
     try:
-        algorithm.load_state_dict(ckpt["algorithm"])
+        if policy_only:
+            algorithm.load_policy_state_dict(ckpt["algorithm"])
+        else:
+            algorithm.load_state_dict(ckpt["algorithm"])
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
         raise CheckpointError(
             f"checkpoint {path} does not fit this run's {ckpt.get('algo')} networks "
@@ -367,6 +411,28 @@ class Checkpointer:
                 self.saved.pop(0).unlink()
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m offpolicy.checkpoint export-policy <checkpoint> <policy file>`; exit 5 on a bad checkpoint."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m offpolicy.checkpoint", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser("export-policy", help="write a checkpoint's policy (actor and counters) to a file")
+    export.add_argument(
+        "checkpoint", help="a checkpoint written by offpolicy.train, e.g. <run dir>/checkpoints/latest.pt"
+    )
+    export.add_argument("out", help="the policy file to write (offpolicy.eval checkpoint=<out> scores it)")
+    args = parser.parse_args(argv)
+    try:
+        path = export_policy(args.checkpoint, args.out)
+    except CheckpointError as exc:
+        print(f"[offpolicy] {exc}", file=sys.stderr)
+        return 5
+    print(f"[offpolicy] wrote {path} ({path.stat().st_size / 1e6:.1f} MB): the policy of {args.checkpoint}")
+    return 0
+
+
 __all__ = [
     "CheckpointError",
     "CheckpointSettings",
@@ -376,8 +442,15 @@ __all__ = [
     "build_checkpoint",
     "capture_rng",
     "check_compatible",
+    "export_policy",
     "load_algorithm_state",
     "load_checkpoint",
+    "policy_checkpoint",
+    "require_resumable",
     "restore_rng",
     "save_checkpoint",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint: `python -m offpolicy.eval checkpoint=<path> [env=<task>] [video=true]`.
+"""Evaluate a checkpoint or a policy file: `python -m offpolicy.eval checkpoint=<path> [env=<task>] [video=true]`.
 
 An offline, learner-side tool. It runs `episodes` episodes of the deterministic
 policy (the actor's mean action), one per env row, in parallel, from fresh resets,
@@ -355,7 +355,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         algorithm = default_algorithm_factory(
             OmegaConf.create(algo_cfg), replace(spec, num_envs=int(ckpt["num_envs"])), device
         )
-        load_algorithm_state(algorithm, ckpt, path)
+        load_algorithm_state(algorithm, ckpt, path, allow_policy_only=True)  # a policy file acts the same
         record = bool(cfg.video) and gl_problem is None
         with physics_dir:
             returns, lengths, states = rollout(env, MeanPolicy(algorithm, spec, device), record_first=record)
@@ -367,6 +367,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     video_path = Path(cfg.video_path) if cfg.get("video_path") else out_dir / "eval.mp4"
     result: dict[str, Any] = {
         "checkpoint": str(path),
+        "policy_only": bool(ckpt.get("policy_only")),
         "algo": str(ckpt["algo"]),
         "env": env_name,
         "env_options": options,

@@ -73,6 +73,7 @@ from offpolicy.checkpoint import (
     check_compatible,
     load_algorithm_state,
     load_checkpoint,
+    require_resumable,
     restore_rng,
 )
 from offpolicy.collector import CollectorConfig, EnvFactory, RecordWindow
@@ -244,6 +245,7 @@ class Runner:
         """counters this run starts from (a resumed checkpoint's, else zeros)"""
         if self.resume_path is not None:  # fail before anything starts: never train from scratch by accident
             self.resume_checkpoint = load_checkpoint(self.resume_path, map_location="cpu")
+            require_resumable(self.resume_checkpoint, self.resume_path)
             check_compatible(
                 self.resume_checkpoint,
                 self.resume_path,

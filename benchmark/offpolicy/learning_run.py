@@ -16,8 +16,10 @@ minutes) is made (benchmark/README.md, "Learning"):
 
 The kept folder, `<out>/<task>_<algo>_seed<k>/`, holds `metrics.csv`, `summary.json` (`snapshot_eval`: the final
 snapshot's episodes, mean, median, min), `config_resolved.yaml`, `train_console.log`, `eval_final.json`,
-`replay.json` and `learning_run.json` (the commands, the compile cache, the stages' exit statuses and seconds);
-the checkpoint and the timeline stay in the work dir (`--work`). Runs stop on wall clock, so two runs of one seed
+`replay.json`, `learning_run.json` (the commands, the compile cache, the stages' exit statuses and seconds) and
+`policy.pt`, the final checkpoint's policy (`offpolicy.checkpoint.export_policy`: the actor and counters, ~1 MB),
+so `python -m offpolicy.eval checkpoint=<kept folder>/policy.pt` re-scores the row from its own folder; the full
+checkpoint and the timeline stay in the work dir (`--work`). Runs stop on wall clock, so two runs of one seed
 are not bit-identical.
 
 The wall-clock budget includes the torch.compile warm-up, which takes ~20-55 s with an empty Inductor/Triton cache
@@ -58,6 +60,7 @@ KEPT = (
     "eval_final.json",
     "replay.json",
     "learning_run.json",
+    "policy.pt",
 )
 """the files of a kept run folder"""
 COMPILE_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
@@ -183,6 +186,10 @@ def learning_run(args: argparse.Namespace) -> dict:
     keep_files()
     checkpoint = work / "checkpoints" / "latest.pt"
     if checkpoint.exists():
+        from offpolicy.checkpoint import export_policy
+
+        export_policy(checkpoint, work / "policy.pt")
+        keep_files()
         t0 = time.monotonic()
         eval_dir = work / "eval_final"
         out["eval_command"] = eval_command(args, checkpoint, eval_dir)

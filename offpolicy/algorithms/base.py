@@ -543,6 +543,15 @@ class OffPolicyAlgorithm:
         self.policy_version = int(state["counters"]["policy_version"])
         self.total_updates = int(state["counters"]["total_updates"])
 
+    def load_policy_state_dict(self, state: dict) -> None:
+        """Load only what acting needs (`checkpoint.POLICY_KEYS`: the actor and the counters), e.g. from a
+        policy file; critics, targets and optimizers keep their fresh values, so this is for evaluation only."""
+        self._captured.clear()
+        self._snapshot, self._snapshot_pairs = None, ([], [])
+        self.actor.load_state_dict(state["actor"])
+        self.policy_version = int(state["counters"]["policy_version"])
+        self.total_updates = int(state["counters"]["total_updates"])
+
     # ------------------------------------------------------------------ helpers for subclasses
 
     def autocast(self):

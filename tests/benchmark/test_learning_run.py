@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ from benchmark.offpolicy.learning_run import (
     suite_defaults,
     train_command,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 # re-scored in Gymnasium's env / dm_control's; the window from a tick / from a time into the loop
@@ -56,6 +59,16 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
     assert record["compile_cache"] == "cold" and record["train_exit"] == 0 and record["eval_exit"] == 0
     assert f"env={task}" in record["train_command"] and record["snapshot_eval"]["episodes"] == 2
     assert (tmp_path / "work" / f"{task}_fastsac_seed3" / "compile_cache" / "torchinductor").is_dir()
+    # the kept policy file re-scores the row from its own folder: the same episodes as the full checkpoint
+    from hydra import compose, initialize_config_dir
+
+    from offpolicy.eval import evaluate
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("eval", [f"checkpoint={kept / 'policy.pt'}", "episodes=2", "seed=3", "device=cpu"])
+    rescore = evaluate(cfg, tmp_path / "rescore")
+    assert rescore["policy_only"] is True and final["policy_only"] is False
+    assert rescore["returns"] == final["returns"] and rescore["lengths"] == final["lengths"]
 
 
 def test_a_cold_compile_cache_points_torch_at_empty_dirs_of_its_own(tmp_path, monkeypatch):

@@ -172,6 +172,31 @@ def test_round_trip_restores_actor_counters_and_rng(tmp_path, name):
     assert loaded["config"]["algo"]["name"] == name and loaded["format_version"] == ck.FORMAT_VERSION
 
 
+@pytest.mark.parametrize("name", ["fastsac", "flashsac"])
+def test_a_policy_file_acts_exactly_like_its_checkpoint_and_cannot_resume(tmp_path, name):
+    algo = trained(name)
+    saver = Checkpointer(tmp_path, CheckpointSettings(), identity(name), config={"algo": {"name": name}})
+    full = saver.save(algo, counters(96))
+    policy = ck.export_policy(full, tmp_path / "policy.pt")
+
+    data = ck.load_checkpoint(policy)
+    assert data["policy_only"] is True and "rng" not in data and set(data["algorithm"]) == set(ck.POLICY_KEYS)
+    assert data["counters"] == counters(96) and data["config"]["algo"]["name"] == name
+    assert policy.stat().st_size < full.stat().st_size / 3  # no critics, targets or optimizer moments
+    fresh = small(name)
+    ck.load_algorithm_state(fresh, data, policy, allow_policy_only=True)
+    # observations far from the normaliser's initial statistics: acting needs the trained ones too
+    obs = {"actor": 5 * torch.randn(9, OBS_DIM) + 3}
+    assert torch.equal(fresh.act(obs), algo.act(obs)) and not torch.equal(small(name).act(obs), algo.act(obs))
+    assert (fresh.policy_version, fresh.total_updates) == (algo.policy_version, algo.total_updates) != (0, 0)
+    with pytest.raises(CheckpointError) as err:
+        ck.load_algorithm_state(small(name), data, policy)  # a training run's starting point: refused
+    assert str(err.value) == (
+        f"checkpoint {policy} holds only a policy (offpolicy.eval can score it) and cannot resume training: "
+        "resume from the run's checkpoints/latest.pt"
+    )
+
+
 # --------------------------------------------------------------------------- safe loading and errors
 
 
@@ -293,10 +318,21 @@ def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
     ck.save_checkpoint(good, ck.build_checkpoint(ident, algo.state_dict(), {**counters(8), "ticks": 2}))
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[:1000])
+    # the export CLI: a policy file from a real checkpoint, and one line (exit 5) for a broken one
+    policy = tmp_path / "policy.pt"
+    cli = [sys.executable, "-m", "offpolicy.checkpoint", "export-policy"]
+    proc = subprocess.run([*cli, str(good), str(policy)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"[offpolicy] wrote {policy} ("), proc.stderr
+    assert ck.load_checkpoint(policy)["policy_only"] is True
+    proc = subprocess.run([*cli, str(truncated), str(tmp_path / "x.pt")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 5 and not (tmp_path / "x.pt").exists()
+    assert proc.stderr.startswith(f"[offpolicy] checkpoint {truncated} is unreadable (truncated or not a checkpoint)")
+    assert len(proc.stderr.strip().splitlines()) == 1
     cases = [
         (tmp_path / "missing.pt", [], f"checkpoint not found: {tmp_path / 'missing.pt'}"),
         (truncated, [], f"checkpoint {truncated} is unreadable (truncated or not a checkpoint)"),
         (good, ["env=ant"], f"checkpoint {good} is for algo=fastsac env=hopper"),
+        (policy, [], f"checkpoint {policy} holds only a policy (offpolicy.eval can score it)"),
     ]
     for i, (path, extra, message) in enumerate(cases):
         proc = _train(tmp_path, f"bad{i}", "train.total_env_steps=64", f"train.resume={path}", *extra, timeout=120)
