@@ -21,8 +21,8 @@ What it holds:
 A policy file (`export_policy`, `policy_only: True`) keeps everything but `rng` and cuts `algorithm` to the
 actor (its observation normaliser included) and the counters: about a thirtieth of the size, enough for
 `offpolicy.eval` to act exactly as the full checkpoint does, not enough to resume training (refused in one
-line). `benchmark/offpolicy/learning_run.py` keeps one with every result run, so a table's row can be re-scored
-from its own folder.
+line). `benchmark/offpolicy/learning_run.py` keeps one with each run it makes, so that row of a table can be
+re-scored from its own folder.
 
 Not in it: the replay buffer (1M transitions of two observations each are
 gigabytes for Humanoid, and it refills within `train.learning_starts` env

@@ -60,7 +60,7 @@ def tolerance(
         # The suite's control-cost shaping (humanoid's small_control over the whole action array): the general
         # path below reduces to 1 - (x / margin)^2 inside the margin and 0 outside (NaN included), bit for bit,
         # in one pass instead of ~14 over a (num_envs, action_dim) array.
-        scaled = x / margin if margin != 1.0 else np.asarray(x)
+        scaled = np.asarray(x) / margin
         return np.fmax(1.0 - scaled * scaled, 0.0)
     in_bounds = (lower <= x) & (x <= upper)
     if margin == 0:
