@@ -75,7 +75,9 @@ def test_kept_busy_cpus_really_spin():
         time.sleep(1.0)
         used = _cpu_s(proc.pid, tick) - start
         assert os.sched_getaffinity(proc.pid) == {0}
-    assert used > 0.6  # of 1 s (the suite may share the core)
+    # of 1 s: a spinner that sleeps or blocks uses ~0; one sharing CPU 0 with two other busy processes (the
+    # suite, a second job on this machine) still gets ~1/3
+    assert used > 0.25
     assert not proc.is_alive()
 
 
