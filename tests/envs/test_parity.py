@@ -129,3 +129,28 @@ def test_step_parity(name):
             compared += 1
     assert compared >= n * 2
     env.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reset_distribution_matches_gymnasium(name):
+    """Initial states: per coordinate, the offsets from the model's qpos0 (and the qvel) of 2000 fresh
+    episodes have Gymnasium's spread and bounds (uniform noise stays inside +-s with std s/sqrt(3);
+    Gymnasium's normal qvel noise on Ant and HalfCheetah has std s)."""
+    n = 2000
+    genv = _gym_env(name)
+    qpos0 = genv.init_qpos.copy()
+    ref_qpos, ref_qvel = [], []
+    for i in range(n):
+        genv.reset(seed=i)
+        ref_qpos.append(genv.data.qpos - qpos0)
+        ref_qvel.append(genv.data.qvel.copy())
+    env = envs.make(name, n, seed=0, nthread=1)
+    env.reset()
+    qpos, qvel = env.physics_qpos_qvel()
+    env.close()
+    s = env.task.cfg["reset_noise_scale"]
+    for what, ours, ref in (("qpos", qpos - qpos0, np.stack(ref_qpos)), ("qvel", qvel, np.stack(ref_qvel))):
+        np.testing.assert_allclose(ours.mean(0), ref.mean(0), atol=0.15 * s, err_msg=f"{name} {what} mean")
+        np.testing.assert_allclose(ours.std(0), ref.std(0), rtol=0.15, err_msg=f"{name} {what} std")
+        inside = np.abs(ref).max(0) <= s * (1 + 1e-9)  # coordinates Gymnasium keeps inside +-s (uniform noise)
+        assert (np.abs(ours).max(0)[inside] <= s * (1 + 1e-6)).all(), f"{name} {what} leaves +-{s}"

@@ -10,13 +10,14 @@ snapshot taken at the wrong moment shows up in the record.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from runtime_helpers import make_cfg, run_in_process
 
-from offpolicy.evaluation import EvalSchedule, EvalSettings, SnapshotEval
+from offpolicy.evaluation import EvalSchedule, EvalSettings, MeanPolicy, SnapshotEval, eval_metrics, rollout
 from offpolicy.timeline import load_intervals
 
 
@@ -224,6 +225,67 @@ def test_snapshot_eval_counts_each_rows_first_episodes_after_its_reset():
     assert result["episodes"] == 4 and result["mean"] == 4.75 and result["median"] == 4.5
     assert result["min"] == 1.0 and result["max"] == 9.0 and result["policy_version"] == 7
     assert result["std"] == pytest.approx(math.sqrt(np.var([5.0, 1.0, 9.0, 4.0])))
+    assert result["length_mean"] == 2.0  # lengths [2, 1, 3, 2]
+    assert eval_metrics(result) == {
+        "eval/return": 4.75,
+        "eval/return_median": 4.5,
+        "eval/return_min": 1.0,
+        "eval/return_max": 9.0,
+        "eval/return_std": pytest.approx(math.sqrt(np.var([5.0, 1.0, 9.0, 4.0]))),
+        "eval/length": 2.0,
+        "eval/episodes": 4.0,
+        "eval/policy_version": 7.0,
+        "eval/env_steps": 100.0,
+        "eval/snapshot_s": 3.0,
+    }
+
+
+def test_every_eval_row_runs_enough_episodes_for_the_total():
+    assert EvalSettings(num_envs=4, episodes=10).episodes_per_row == 3  # 12 >= 10, not 8
+    assert EvalSettings(num_envs=16, episodes=16).episodes_per_row == 1
+    assert EvalSettings(num_envs=16, episodes=17).episodes_per_row == 2
+    assert EvalSettings(num_envs=8, episodes=2).episodes_per_row == 1
+
+
+class ScriptedEnv:
+    """Two rows that auto-reset: row 0's episodes end at steps 2 and 5, row 1's at step 8."""
+
+    spec = SimpleNamespace(num_envs=2, max_episode_steps=10)
+    ends = ({2, 5}, {8})
+
+    def reset(self):
+        self.t, self.last_end = 0, [0, 0]
+        return SimpleNamespace(obs={"actor": np.zeros((2, 1), np.float32)})
+
+    def step(self, actions):
+        self.t += 1
+        done = np.array([self.t in ends for ends in self.ends])
+        ret, length = np.zeros(2), np.zeros(2, np.int64)
+        for row in np.flatnonzero(done):
+            ret[row], length[row] = 100.0 * row + self.t, self.t - self.last_end[row]
+            self.last_end[row] = self.t
+        info = {"episode_return": ret, "episode_length": length}
+        obs = {"actor": np.zeros((2, 1), np.float32)}
+        return SimpleNamespace(obs=obs, terminated=done, truncated=np.zeros(2, bool), info=info)
+
+
+def test_offline_rollout_keeps_each_rows_first_episode():
+    """A row that ends early and starts again (auto-reset) keeps its first episode's return and length."""
+    returns, lengths, _ = rollout(ScriptedEnv(), lambda obs: np.zeros((2, 1), np.float32))
+    assert returns.tolist() == [2.0, 108.0] and lengths.tolist() == [2, 8]
+
+
+def test_final_snapshot_policy_acts_with_the_frozen_copy_in_env_units():
+    spec = SimpleNamespace(action_dim=2, action_low=[-2.0, -1.0], action_high=[2.0, 3.0])
+    algo = SnapshotVersionAlgorithm(spec, "cpu")
+    algo.snapshot_actor()  # version 0 frozen
+    algo.update_phase(None, 1)
+    algo.update_phase(None, 1)  # live version 2
+    obs = {"actor": np.zeros((3, 1), np.float32)}
+    frozen = MeanPolicy(algo, spec, torch.device("cpu"), snapshot=True)(obs)
+    live = MeanPolicy(algo, spec, torch.device("cpu"))(obs)
+    np.testing.assert_allclose(frozen, np.tile([2 * code(0), 1 + 2 * code(0)], (3, 1)), rtol=1e-6)
+    np.testing.assert_allclose(live, np.tile([2 * code(2), 1 + 2 * code(2)], (3, 1)), rtol=1e-6)
 
 
 def test_schedule_takes_marks_on_time_and_skips_regular_points_that_would_overlap_them():
