@@ -45,3 +45,15 @@ def test_a_nan_reward_gives_a_nan_row_not_an_index_out_of_range():
     out = categorical_projection(probs, torch.tensor([float("nan"), 0.5]), torch.tensor([0.5, 0.5]), ATOMS)
     assert bool(out[0].sum().isnan())  # so is any loss over it
     torch.testing.assert_close(out[1], torch.tensor([0.0, 0.45, 0.55]))  # the other row as by hand above
+
+
+def test_projection_clips_below_the_support_and_never_makes_negative_mass():
+    probs = torch.tensor([[0.2, 0.5, 0.3]])
+    # moved atoms -5 + 0.9 * (-1, 0, 1) all lie below v_min = -1: everything on the bottom atom
+    out = categorical_projection(probs, torch.tensor([-5.0]), torch.tensor([0.9]), ATOMS)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 0.0, 0.0]]))
+    wide = categorical_projection(
+        torch.softmax(torch.randn(64, 3), -1), torch.linspace(-4.0, 4.0, 64), torch.full((64,), 0.9), ATOMS
+    )
+    assert (wide >= 0).all()
+    torch.testing.assert_close(wide.sum(-1), torch.ones(64))

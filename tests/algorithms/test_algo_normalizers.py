@@ -76,3 +76,9 @@ def test_reward_scaler_loads_a_state_without_the_reward_peak():
     fresh = RewardScaler(num_envs=1, gamma=0.9, g_max=5.0, horizon_bound=True)
     fresh.load_state_dict(old)
     assert float(fresh.reward_abs_max) == 0.0 and float(fresh.return_abs_max) == float(scaler.return_abs_max)
+
+
+def test_empirical_normalizer_eps_keeps_a_constant_feature_finite():
+    norm = EmpiricalNormalizer(1, eps=0.01)
+    norm.update(torch.full((4, 1), 3.0))  # variance 0
+    torch.testing.assert_close(norm(torch.tensor([[3.1], [3.0]])), torch.tensor([[10.0], [0.0]]))  # 0.1 / 0.01

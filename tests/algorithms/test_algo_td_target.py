@@ -4,6 +4,8 @@ import pytest
 import torch
 from torch import nn
 
+from offpolicy.replay import ReplayBuffer
+
 ATOM_LOGITS = {+1: [-50.0, -50.0, 50.0], -1: [50.0, -50.0, -50.0]}
 
 
@@ -61,3 +63,31 @@ def test_flashsac_takes_the_lower_critic_and_cuts_on_termination(small):
     torch.testing.assert_close(target, expected, atol=1e-5, rtol=0)
     # cross-batch: (s, a) rows first, then (s', a') rows, in one critic pass
     torch.testing.assert_close(obs_all, torch.cat([OBS, NEXT_OBS]))
+
+
+@pytest.mark.parametrize("name", ["fastsac", "flashsac"])
+@pytest.mark.parametrize("flag", ["terminated", "truncated"])
+def test_update_phase_passes_the_replays_terminated_flag_alone(small, spec, name, flag):
+    """A replay of only truncated (or only terminated) transitions: the TD target gets 0 (or 1) for every row."""
+    n = spec.num_envs
+    gen = torch.Generator().manual_seed(0)
+    replay = ReplayBuffer(1000, spec.obs_dims, spec.action_dim, "cpu", num_envs=n)
+    on, off = torch.ones(n), torch.zeros(n)
+    for _ in range(20):
+        obs = {k: torch.randn(n, d, generator=gen) for k, d in spec.obs_dims.items()}
+        next_obs = {k: torch.randn(n, d, generator=gen) for k, d in spec.obs_dims.items()}
+        action = torch.rand(n, spec.action_dim, generator=gen) * 2 - 1
+        terminated, truncated = (on, off) if flag == "terminated" else (off, on)
+        replay.add(obs, action, torch.randn(n, generator=gen), next_obs, terminated, truncated)
+    algo = small(name)
+    seen, td_target = [], algo._td_target
+
+    def spy(*args):
+        seen.append(args[-1].detach().clone())  # `terminated` is the last argument of both algorithms'
+        return td_target(*args)
+
+    algo._td_target = spy
+    algo.update_phase(replay, 2)
+    assert len(seen) == 2
+    expected = 1.0 if flag == "terminated" else 0.0
+    assert all(torch.equal(t, torch.full_like(t, expected)) for t in seen)

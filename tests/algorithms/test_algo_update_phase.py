@@ -130,3 +130,25 @@ def test_separate_critic_observations(small, filled, spec_factory):
         metrics = algo.update_phase(replay, 2)
         assert torch.isfinite(metrics["loss/critic"])
         assert algo.explore({"actor": torch.randn(6, 7)}, torch.zeros(6, dtype=torch.bool)).shape == (6, 3)
+
+
+def test_fastsac_snapshot_keeps_its_own_observation_normaliser(small, replay, spec):
+    """The frozen snapshot acts with the statistics it was frozen with while the live normaliser moves on."""
+    algo = small("fastsac")
+    algo.update_phase(replay, 1)  # statistics away from their initial (0, 1)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in algo.actor.parameters():  # the heads start at zero: give every action a dependence on obs
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    obs = {"actor": 3.0 * torch.randn(5, spec.obs_dims["actor"], generator=gen)}
+    algo.snapshot_actor()
+    frozen = algo.act_snapshot(obs)
+    torch.testing.assert_close(algo.act(obs), frozen)
+    algo.update_phase(replay, 1)  # update index 1: the actor and the normaliser both move
+    torch.testing.assert_close(algo.act_snapshot(obs), frozen, rtol=0, atol=0)
+    assert not torch.allclose(algo.act(obs), frozen)
+    live = algo.act(obs)
+    with torch.no_grad():  # the normaliser alone changes the live policy; the snapshot still does not move
+        algo.actor.normalizer.mean.add_(1.0)
+    assert not torch.allclose(algo.act(obs), live)
+    torch.testing.assert_close(algo.act_snapshot(obs), frozen, rtol=0, atol=0)
