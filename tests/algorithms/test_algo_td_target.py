@@ -91,3 +91,30 @@ def test_update_phase_passes_the_replays_terminated_flag_alone(small, spec, name
     assert len(seen) == 2
     expected = 1.0 if flag == "terminated" else 0.0
     assert all(torch.equal(t, torch.full_like(t, expected)) for t in seen)
+
+
+def test_flashsac_phase_scales_the_reward_once(small, spec):
+    """The TD target of a FlashSAC phase sees r / D, D the reward scaler's denominator (not r, not r / D^2)."""
+    n = spec.num_envs
+    algo = small("flashsac")
+    for reward in (3.0, -1.0, 4.0):  # running returns away from the initial statistics: D != 1
+        algo.observe(torch.full((n,), reward), torch.zeros(n), torch.zeros(n))
+    denominator = float(algo.reward_scaler.denominator())
+    assert abs(denominator - 1.0) > 0.1
+    gen = torch.Generator().manual_seed(0)
+    replay = ReplayBuffer(1000, spec.obs_dims, spec.action_dim, "cpu", num_envs=n)
+    for _ in range(10):
+        obs = {k: torch.randn(n, d, generator=gen) for k, d in spec.obs_dims.items()}
+        next_obs = {k: torch.randn(n, d, generator=gen) for k, d in spec.obs_dims.items()}
+        action = torch.rand(n, spec.action_dim, generator=gen) * 2 - 1
+        replay.add(obs, action, torch.full((n,), 2.0), next_obs, torch.zeros(n), torch.zeros(n))
+    seen, td_target = [], algo._td_target
+
+    def spy(*args):
+        seen.append(args[2].detach().clone())  # FlashSAC's `_td_target(obs_c, action, reward, ...)`
+        return td_target(*args)
+
+    algo._td_target = spy
+    algo.update_phase(replay, 1)
+    (reward,) = seen
+    torch.testing.assert_close(reward, torch.full_like(reward, 2.0 / denominator))
