@@ -18,7 +18,8 @@ The kept folder, `<out>/<task>_<algo>_seed<k>/`, holds `metrics.csv`, `summary.j
 snapshot's episodes, mean, median, min), `config_resolved.yaml`, `train_console.log`, `eval_final.json`,
 `replay.json`, `learning_run.json` (the commands, the compile cache, the stages' exit statuses and seconds) and
 `policy.pt`, the final checkpoint's policy (`offpolicy.checkpoint.export_policy`: the actor and counters, ~1 MB),
-so `python -m offpolicy.eval checkpoint=<kept folder>/policy.pt` re-scores the row from its own folder; the full
+so `python -m offpolicy.eval checkpoint=<kept folder>/policy.pt` re-scores the row from its own folder (model
+files are gitignored: the policy stays on the machine that made the run or goes where it is copied); the full
 checkpoint and the timeline stay in the work dir (`--work`). Runs stop on wall clock, so two runs of one seed
 are not bit-identical.
 
