@@ -6,6 +6,7 @@ torch: the collector process must stay free of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,6 @@ class EnvSpec:
     """the DeepMind Control Suite `domain-task` whose semantics this task reproduces (`envs.dmc.reference_env`)"""
 
 
-@dataclass
 class NpEnvState:
     """What one `reset()` or `step()` returns; all arrays have `num_envs` rows.
 
@@ -55,16 +55,61 @@ class NpEnvState:
     `info["final_obs"]`, a dict of full arrays equal to `obs` on rows that did
     not finish.
 
+    An env may hand back `obs` and the done flags before it has computed the rest:
+    given `finish`, the state calls it on the first read of `reward` or `info`
+    (it returns the reward and the entries to add to `info`). The collector
+    publishes the observation before it reads them, so that work runs while the
+    learner infers the next action instead of before it. The env finishes a
+    pending state itself before its next `step`, `reset` or `reset_rows`.
+
     Every `step` returns new arrays and never writes into arrays an earlier call
     returned, so callers may keep them (tests/envs/test_np_env_reference.py);
     only `reset_rows` writes the new first observations into the latest `obs`.
     """
 
-    obs: dict[str, np.ndarray]
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    info: dict[str, Any]
+    __slots__ = ("obs", "terminated", "truncated", "_reward", "_info", "_finish")
+
+    def __init__(
+        self,
+        obs: dict[str, np.ndarray],
+        reward: np.ndarray | None,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: dict[str, Any],
+        finish: Callable[[], tuple[np.ndarray, dict[str, Any]]] | None = None,
+    ) -> None:
+        if reward is None and finish is None:
+            raise ValueError("a state without a reward needs `finish` to compute it")
+        self.obs = obs
+        self.terminated = terminated
+        self.truncated = truncated
+        self._reward = reward
+        self._info = info
+        self._finish = finish
+
+    @property
+    def pending(self) -> bool:
+        """True until the deferred part (`reward`, the `info` entries `finish` adds) has been computed."""
+        return self._finish is not None
+
+    def complete(self) -> None:
+        """Compute the deferred part now (once; a no-op when there is none or it is done)."""
+        finish, self._finish = self._finish, None
+        if finish is not None:
+            self._reward, extra = finish()
+            self._info.update(extra)
+
+    @property
+    def reward(self) -> np.ndarray:
+        """(num_envs,) float32 reward of the step."""
+        self.complete()
+        return self._reward
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Everything else the env reports (`final_obs`, episode returns and lengths, physics failures, ...)."""
+        self.complete()
+        return self._info
 
     @property
     def done(self) -> np.ndarray:

@@ -414,9 +414,7 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
             recorder.before_step(tick, action_slot)
         state = env.step(action_slot)
         t_stepped = clock()
-        failures = int(state.info.get("physics_failures", 0))
-        failures_total += failures
-        done = state.terminated | state.truncated
+        done = state.terminated | state.truncated  # (`reward` and `info` may still be pending: read after the publish)
 
         last = tick + 1 == cfg.num_ticks
         eval_span = None
@@ -441,10 +439,11 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
 
         slot = ring.acquire_for_write(waiter, check)
         t_acquired = clock()
+        failures = int(state.info.get("physics_failures", 0))  # finishes a step's deferred rewards
+        failures_total += failures
         for k in obs_keys:
             slot.obs[k][:] = prev_obs[k]
             slot.next_obs[k][:] = state.info["final_obs"][k]
-        slot.action[:] = action_slot
         slot.reward[:] = state.reward
         slot.terminated[:] = state.terminated
         slot.truncated[:] = state.truncated

@@ -1,9 +1,11 @@
 """Bounded ingress: a ring of transition slots from the collector to the learner.
 
-Each slot holds one whole vector step: obs, the action applied (env units),
-reward, next obs (the pre-reset observation where an episode ended, so truncated
+Each slot holds one whole vector step: obs, reward, next obs (the pre-reset observation where an episode ended, so truncated
 episodes can bootstrap), terminated, truncated, plus episode statistics and a
 header (tick, policy_version, physics failures) with the rows whose physics failed.
+The actions are not in it: the learner made them and keeps its own copy of each
+tick's until the transition is ingested (the collector could only copy the action
+slot back, racing the next tick's inference that overwrites it).
 
 Two monotonic counters in the control block govern it: PRODUCED (slots written by
 the collector) and CONSUMED (slots released by the learner). Slot `i` of the
@@ -34,7 +36,6 @@ class TransitionSlot:
 
     header: np.ndarray
     obs: dict[str, np.ndarray]
-    action: np.ndarray
     reward: np.ndarray
     next_obs: dict[str, np.ndarray]
     terminated: np.ndarray
@@ -65,7 +66,6 @@ class IngressRing:
             TransitionSlot(
                 header=segment[f"ring{i}/header"],
                 obs={k: segment[f"ring{i}/obs/{k}"] for k in obs_keys},
-                action=segment[f"ring{i}/action"],
                 reward=segment[f"ring{i}/reward"],
                 next_obs={k: segment[f"ring{i}/next_obs/{k}"] for k in obs_keys},
                 terminated=segment[f"ring{i}/terminated"],

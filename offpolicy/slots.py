@@ -212,7 +212,6 @@ class Layout:
             for k, d in obs_dims.items():
                 lay.add(f"{p}obs/{k}", (n, d), "float32")
                 lay.add(f"{p}next_obs/{k}", (n, d), "float32")
-            lay.add(p + "action", (n, action_dim), "float32")
             lay.add(p + "reward", (n,), "float32")
             lay.add(p + "terminated", (n,), "bool")
             lay.add(p + "truncated", (n,), "bool")

@@ -28,6 +28,14 @@ that and skips the replay (half the time; on a machine with few cores the
 physics dwarfs the difference the replay would measure):
 
     python -m benchmark.env.benchmark_np_env_overhead --tasks hopper halfcheetah ant humanoid --task-side
+
+On a step that resets no row NpEnv hands the reward back pending (`NpEnvState`):
+the collector publishes the observation first and finishes the reward while the
+learner infers. Each block finishes every step's reward right after the step
+returns and times it apart, so `deferred_ms_per_vector_step` is the part of the
+task side that leaves the collector's critical path and
+`critical_task_side_ms_per_vector_step` what stays on it (both inside the task
+side above, which counts all of NpEnv's work as before).
 """
 
 from __future__ import annotations
@@ -148,6 +156,7 @@ def measure(
     inside = {"step": 0.0, "forward": 0.0, "reset": 0.0}
     ratios = []
     task_side_ms = []
+    deferred_s, deferred_steps = 0.0, 0
     for _ in range(blocks):
         calls, times = ([] if replay_bare else None), {}
         for name, pool in bare.items():
@@ -156,7 +165,12 @@ def measure(
         for t in range(steps):
             t0 = time.perf_counter()
             state = env.step(actions[t])
-            block_np_env += time.perf_counter() - t0  # the count below is the benchmark's work, not NpEnv's
+            t1 = time.perf_counter()
+            deferred_steps += state.pending
+            state.complete()  # what the collector does after publishing the observation
+            t2 = time.perf_counter()
+            block_np_env += t2 - t0  # the count below is the benchmark's work, not NpEnv's
+            deferred_s += t2 - t1
             resets += int(state.done.sum())
         block_np_env -= times.get("record", 0.0)
         for name, pool in bare.items():
@@ -189,6 +203,10 @@ def measure(
         "task_side_ms_per_vector_step": 1e3 * (np_env_s - physics_s) / (steps * blocks),
         "task_side_ms_block_median": float(np.median(task_side_ms)),
         "task_side_pool_reset_ms_per_vector_step": 1e3 * inside["reset"] / (steps * blocks),
+        # of the task side: the rewards finished after the step returned (off the collector's critical path)
+        "deferred_ms_per_vector_step": 1e3 * deferred_s / (steps * blocks),
+        "critical_task_side_ms_per_vector_step": 1e3 * (np_env_s - physics_s - deferred_s) / (steps * blocks),
+        "deferred_step_share": deferred_steps / (steps * blocks),
         # the same over the physics of those blocks (pool.step and pool.forward as NpEnv called them)
         "task_side_over_physics": (np_env_s - physics_s) / physics_s,
         "np_env_ms_per_vector_step": 1e3 * np_env_s / (steps * blocks),
@@ -251,7 +269,9 @@ def main() -> None:
         task_side = (
             f"task side {row['task_side_ms_per_vector_step']:.3f} ms/step (block median "
             f"{row['task_side_ms_block_median']:.3f}, pool.reset {row['task_side_pool_reset_ms_per_vector_step']:.3f})"
-            f" = {100 * row['task_side_over_physics']:.2f}% of its physics"
+            f" = {100 * row['task_side_over_physics']:.2f}% of its physics; on the critical path "
+            f"{row['critical_task_side_ms_per_vector_step']:.3f}, deferred {row['deferred_ms_per_vector_step']:.3f}"
+            f" on {100 * row['deferred_step_share']:.0f}% of steps)"
         )
         if args.task_side:
             print(f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} {task_side}", flush=True)

@@ -29,6 +29,7 @@ was chosen on), they are reset, and `info["physics_failures"]` counts them
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -40,6 +41,21 @@ from mujoco_uni.batch_env import BatchEnvPool
 
 from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
 from envs.mujoco.task import MujocoTask, PhysicsView, rows_finite
+
+
+def column_runs(columns: np.ndarray) -> list[slice]:
+    """Sorted column indices as slices over their runs of consecutive columns.
+
+    Copying a few slices of every row costs a fraction of one fancy-indexed gather and scatter
+    of the same columns (DMC humanoid's 59 of 92 sensor columns: 3 runs, ~4x faster).
+    """
+    columns = np.asarray(columns, dtype=np.int64)
+    if columns.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(columns) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [columns.size]])
+    return [slice(int(columns[a]), int(columns[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
 def resolve_cpu_ids(cpu_ids: Sequence[int] | None, nthread: int | None) -> tuple[list[int] | None, int]:
@@ -99,12 +115,13 @@ class MujocoNpEnv(NpEnv):
         # nothing between calls) refreshes position/velocity sensors with constraints disabled, and a
         # third evaluates a new episode's sensors with actuation disabled; the pools' models are never
         # switched in place
-        self._stepped_sensor_cols: np.ndarray | None = None
+        self._stepped_sensor_cols: list[slice] | None = None
+        """the acceleration-stage sensor columns as runs of consecutive columns (slice copies, not a gather)"""
         self.sensor_pool: BatchEnvPool | None = None
         self.reset_pool: BatchEnvPool | None = None
         if task.fresh_sensors and task.acc_sensors_from_last_substep:
             stage = np.repeat(m.sensor_needstage, m.sensor_dim)
-            self._stepped_sensor_cols = np.flatnonzero(stage == mujoco.mjtStage.mjSTAGE_ACC)
+            self._stepped_sensor_cols = column_runs(np.flatnonzero(stage == mujoco.mjtStage.mjSTAGE_ACC))
             self.sensor_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT, ids)
         if task.fresh_sensors and task.reset_without_actuation:
             self.reset_pool = self._pool_without(mujoco.mjtDisableBit.mjDSBL_ACTUATION, ids)
@@ -114,6 +131,8 @@ class MujocoNpEnv(NpEnv):
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._obs = np.zeros((num_envs, 0), dtype=np.float32)
         self.physics_failures_total = 0
+        self._pending: NpEnvState | None = None
+        """the last step's state while its rewards are deferred (`NpEnvState.finish`)"""
         self.last_step_timing: tuple[int, int, int, int] | None = None
         """(pool start, pool end, resets start, resets end) of the last step, perf_counter_ns (phase timings)"""
         self.reset_log: list[tuple[np.ndarray, np.ndarray]] | None = None
@@ -178,6 +197,7 @@ class MujocoNpEnv(NpEnv):
         Returns the new rows' physics (what `self._state[env_ids]` and `self._sensordata[env_ids]`
         now hold, without gathering them back; for distinct `env_ids`).
         """
+        self._finish_pending()
         if states is None:
             states = self.task.initial_states(self, env_ids)
         if self.task.fresh_sensors:
@@ -218,6 +238,7 @@ class MujocoNpEnv(NpEnv):
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the next steps depend on (physics state, sensors, episode counters, observation, RNG)."""
+        self._finish_pending()
         return {
             "state": self._state.copy(),
             "sensordata": self._sensordata.copy(),
@@ -229,6 +250,7 @@ class MujocoNpEnv(NpEnv):
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Inverse of `snapshot`: the env continues exactly as the one the snapshot was taken from."""
+        self._finish_pending()
         self._state = np.array(snapshot["state"], dtype=np.float64, copy=True)
         self._sensordata = np.array(snapshot["sensordata"], dtype=np.float64, copy=True)
         self._episode_length = np.array(snapshot["episode_length"], dtype=np.int64, copy=True)
@@ -252,7 +274,9 @@ class MujocoNpEnv(NpEnv):
         )
 
     def step(self, actions: np.ndarray) -> NpEnvState:
-        actions = np.asarray(actions, dtype=np.float64)
+        """One env step; its reward is computed on first read (`NpEnvState`), after the observation is out."""
+        self._finish_pending()
+        actions = np.array(actions, dtype=np.float64)  # a copy: deferred rewards read it after the caller moved on
         if actions.shape != (self.num_envs, self.nu):
             raise ValueError(f"actions must have shape {(self.num_envs, self.nu)}, got {actions.shape}")
         task = self.task
@@ -275,7 +299,8 @@ class MujocoNpEnv(NpEnv):
                 self._state, nstep=self.frame_skip, control=actions, return_sensor=True, post_step_forward_sensor=False
             )
             sensordata = self.sensor_pool.forward(state)
-            sensordata[:, self._stepped_sensor_cols] = stepped[:, self._stepped_sensor_cols]
+            for cols in self._stepped_sensor_cols:
+                sensordata[:, cols] = stepped[:, cols]
         pool_end = time.perf_counter_ns()
         # A row that hit a MuJoCo warning stopped early (time short) or blew up (non-finite).
         advanced = state[:, 0] - prev_time
@@ -286,8 +311,6 @@ class MujocoNpEnv(NpEnv):
 
         velocity = (task.progress(view) - progress_before) / self.dt
         healthy = task.is_healthy(view)
-        terms = task.reward_terms(view, velocity, actions, healthy)
-        reward = task.reward(terms)
         terminated = task.terminated(healthy) & ~failed
         self._episode_length += 1
         truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed
@@ -297,34 +320,78 @@ class MujocoNpEnv(NpEnv):
         n_failed = len(failed.nonzero()[0])
         if n_failed:
             self.physics_failures_total += n_failed
-            reward = np.where(failed, 0.0, reward)
             obs[failed] = prev_obs[failed]
-            for k in terms:
-                terms[k] = np.where(failed, 0.0, terms[k])
-        self._episode_return += reward
         done = terminated | truncated
         info: dict[str, Any] = {
-            "reward_terms": terms,
             "physics_failures": n_failed,
             "physics_failed": failed,
-            "episode_return": self._episode_return.copy(),
             "episode_length": self._episode_length.copy(),
         }
         final_obs = obs
+        ended = None
         reset_start = time.perf_counter_ns()
         done_ids = done.nonzero()[0]
         if done_ids.size:
+            # the reset writes new states over these rows and zeroes their returns: the rewards, computed
+            # later, get this step's rows and returns from here
+            ended = (done_ids, state[done_ids], sensordata[done_ids], self._episode_return[done_ids])
             final_obs = obs.copy()
             obs[done_ids] = task.observe(self._reset_rows(done_ids))
         self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
         self._obs = obs
-        return NpEnvState(
-            obs={ACTOR_OBS_KEY: obs},
-            reward=reward.astype(np.float32),
-            terminated=terminated,
-            truncated=truncated,
-            info={**info, "final_obs": {ACTOR_OBS_KEY: final_obs}},
+        info["final_obs"] = {ACTOR_OBS_KEY: final_obs}
+        rewards = functools.partial(
+            self._rewards, state, sensordata, velocity, actions, healthy, failed if n_failed else None, ended
         )
+        result = NpEnvState(
+            obs={ACTOR_OBS_KEY: obs}, reward=None, terminated=terminated, truncated=truncated, info=info, finish=rewards
+        )
+        self._pending = result
+        return result
+
+    def _rewards(
+        self,
+        state: np.ndarray,
+        sensordata: np.ndarray,
+        velocity: np.ndarray,
+        actions: np.ndarray,
+        healthy: np.ndarray,
+        failed: np.ndarray | None,
+        ended: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The reward side of a step, run on the first read of its reward (`NpEnvState.finish`), at the latest
+        before the env's next call: reward terms, reward, the running episode returns.
+
+        `state` and `sensordata` are the step's arrays; rows reset since hold their new episode's state, so
+        `ended` (rows, their physics state, sensors and episode return before the reset) puts this step's
+        back in a copy. Nothing else writes into these arrays before the env's next call.
+        """
+        if ended is not None:
+            rows, ended_state, ended_sensordata, ended_return = ended
+            state = state.copy()
+            state[rows] = ended_state
+            if sensordata.shape[1]:
+                sensordata = sensordata.copy()
+                sensordata[rows] = ended_sensordata
+        task = self.task
+        terms = task.reward_terms(self._view(state, sensordata), velocity, actions, healthy)
+        reward = task.reward(terms)
+        if failed is not None:  # a failed step earns nothing
+            reward = np.where(failed, 0.0, reward)
+            for k in terms:
+                terms[k] = np.where(failed, 0.0, terms[k])
+        self._episode_return += reward
+        episode_return = self._episode_return.copy()
+        if ended is not None:  # the episodes that ended: their return; the new ones start at zero
+            episode_return[rows] = ended_return + reward[rows]
+            self._episode_return[rows] = 0.0
+        return reward.astype(np.float32), {"reward_terms": terms, "episode_return": episode_return}
+
+    def _finish_pending(self) -> None:
+        """Compute the last step's deferred rewards now, before anything changes the env's state or returns."""
+        if self._pending is not None:
+            self._pending.complete()
+            self._pending = None
 
     def close(self) -> None:
         for name in ("pool", "sensor_pool", "reset_pool"):

@@ -94,6 +94,76 @@ def test_auto_reset_keeps_pre_reset_observation():
     assert seen_done > 20
 
 
+@pytest.mark.parametrize("name, overrides", [("hopper", {}), ("dmc_cheetah_run", {"max_episode_steps": 25})])
+def test_deferred_rewards_equal_rewards_read_at_once(name, overrides):
+    """A step hands back its reward pending; read later (after the next step, after a requested reset, on
+    steps that reset rows) it equals the reward, reward terms and episode returns of a twin env read at once."""
+    n, steps = 6, 90
+    eager = envs.make(name, n, seed=3, nthread=1, **overrides)
+    lazy = envs.make(name, n, seed=3, nthread=1, **overrides)
+    eager.reset()
+    lazy.reset()
+    rng = np.random.default_rng(0)
+    held, resets = [], 0
+    for t in range(steps):
+        actions = _random_actions(eager, rng)
+        want = eager.step(actions)
+        want = (want.reward, want.info["episode_return"], {k: v.copy() for k, v in want.info["reward_terms"].items()})
+        got = lazy.step(actions)
+        actions[:] = 1e3  # the caller reuses its buffer (the collector's action slot): a pending step kept a copy
+        assert got.pending, f"step {t}: the reward is computed on first read"
+        resets += int(got.done.sum())
+        if t % 10 == 5:  # a requested reset between steps (a snapshot evaluation starting)
+            eager.reset_rows(np.array([0, 2]))
+            lazy.reset_rows(np.array([0, 2]))
+        held.append((got, want))
+    assert resets >= 10  # both tasks: hopper falls, the DMC episodes end together at the time limit
+    for t, (got, (reward, episode_return, terms)) in enumerate(held):  # read only now
+        assert not got.pending or t == steps - 1
+        np.testing.assert_array_equal(got.reward, reward, err_msg=f"{name} step {t}")
+        np.testing.assert_array_equal(got.info["episode_return"], episode_return, err_msg=f"{name} step {t}")
+        for k, v in terms.items():
+            np.testing.assert_array_equal(got.info["reward_terms"][k], v, err_msg=f"{name} step {t} {k}")
+    eager.close()
+    lazy.close()
+
+
+def test_deferred_rewards_of_reset_rows_read_the_step_that_ended_them():
+    """Rows reset in a step get their reward from that step's final physics, not the new episode's: a reward
+    reading the state (a Hopper whose reward adds its height) and one reading sensors (DMC cheetah's speed,
+    against a twin whose episodes do not end there)."""
+    from envs.mujoco.np_env import MujocoNpEnv
+    from envs.tasks.hopper import Hopper
+
+    class HeightHopper(Hopper):
+        def reward_terms(self, p, velocity, action, healthy):
+            return {**super().reward_terms(p, velocity, action, healthy), "height": p.qpos[:, 1].copy()}
+
+    env = MujocoNpEnv(HeightHopper(), num_envs=6, seed=3, nthread=1)
+    env.reset()
+    rng = np.random.default_rng(1)
+    ended = 0
+    for _ in range(60):
+        state = env.step(_random_actions(env, rng))
+        final_z = state.info["final_obs"][ACTOR_OBS_KEY][:, 0]  # Hopper's observation starts with qpos[1]
+        np.testing.assert_allclose(state.info["reward_terms"]["height"], final_z, rtol=1e-6)
+        ended += int(state.done.sum())
+    assert ended >= 5
+    env.close()
+
+    short = envs.make("dmc_cheetah_run", 4, seed=3, nthread=1, max_episode_steps=10)
+    long = envs.make("dmc_cheetah_run", 4, seed=3, nthread=1)
+    short.reset()
+    long.reset()
+    for t in range(10):  # the short one's episodes all end at step 10, after the same physics as the long one's
+        actions = _random_actions(short, rng)
+        got, want = short.step(actions), long.step(actions)
+        assert got.truncated.all() == (t == 9) and not want.done.any()
+        np.testing.assert_array_equal(got.reward, want.reward, err_msg=f"step {t}")
+    short.close()
+    long.close()
+
+
 def test_time_limit_truncates_and_counts():
     env = envs.make("halfcheetah", 3, nthread=1, max_episode_steps=7)
     env.reset()
@@ -159,3 +229,14 @@ def test_envs_never_imports_torch():
     code = "import sys, envs; e = envs.make('ant', 2, nthread=1); e.reset(); e.step(__import__('numpy').zeros((2, 8))); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_column_runs_cover_exactly_the_columns():
+    from envs.mujoco.np_env import column_runs
+
+    assert column_runs(np.array([3, 4, 5, 12, 13, 90, 91])) == [slice(3, 6), slice(12, 14), slice(90, 92)]
+    assert column_runs(np.array([7])) == [slice(7, 8)]
+    assert column_runs(np.array([], dtype=np.int64)) == []
+    cols = np.flatnonzero(np.random.default_rng(0).random(200) < 0.4)
+    covered = np.concatenate([np.arange(s.start, s.stop) for s in column_runs(cols)])
+    np.testing.assert_array_equal(covered, cols)

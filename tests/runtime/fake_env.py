@@ -34,6 +34,7 @@ class FakeEnv(NpEnv):
         record_path: str | None = None,
         asymmetric_bounds: bool = True,
         fail_prob: float = 0.0,
+        deferred_reward_busy_s: float = 0.0,
         cpu_ids=None,
         nthread=None,
     ) -> None:
@@ -42,6 +43,8 @@ class FakeEnv(NpEnv):
         self.obs_dim = obs_dim
         self.step_delay_s = step_delay_s
         self.busy_step_s = busy_step_s
+        self.deferred_reward_busy_s = deferred_reward_busy_s
+        """> 0: hand the reward back pending (`NpEnvState.finish`), and burn this much CPU finishing it"""
         self.record_path = record_path
         obs_dims = {ACTOR_OBS_KEY: obs_dim}
         if critic_obs:
@@ -109,9 +112,7 @@ class FakeEnv(NpEnv):
         if self.step_delay_s > 0:
             time.sleep(self.rng.uniform(0, self.step_delay_s))
         if self.busy_step_s > 0:  # stands in for physics: burns the collector's CPU
-            end = time.perf_counter() + self.busy_step_s
-            while time.perf_counter() < end:
-                pass
+            _burn(self.busy_step_s)
         prev = self._last_obs
         self.global_step += 1
         self.episode_step += 1
@@ -150,6 +151,14 @@ class FakeEnv(NpEnv):
         )
         self._last_obs = obs
         info["final_obs"] = final_obs
+        if self.deferred_reward_busy_s > 0:  # stands in for a task's reward numpy, run on first read
+            extra = {"episode_return": info.pop("episode_return")}
+
+            def finish(reward=reward, extra=extra, busy_s=self.deferred_reward_busy_s):
+                _burn(busy_s)
+                return reward, extra
+
+            return NpEnvState(obs, None, terminated, truncated, info, finish=finish)
         return NpEnvState(obs=obs, reward=reward, terminated=terminated, truncated=truncated, info=info)
 
     def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -170,6 +179,12 @@ class FakeEnv(NpEnv):
         if self.record_path is not None and self.records:
             np.savez(self.record_path, **{k: np.stack(v) for k, v in self.records.items()})
             self.records = {}
+
+
+def _burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def make(name: str = "fake", num_envs: int = 4, seed: int = 0, **kwargs) -> FakeEnv:

@@ -25,7 +25,7 @@ def ring_producer(name, layout, ring_slots, count, max_delay_s, seed, spin_us):
         if max_delay_s > 0 and rng.random() < 0.5:
             time.sleep(rng.uniform(0, max_delay_s))
         slot = ring.acquire_for_write(waiter, check)
-        for arr in (slot.obs["actor"], slot.next_obs["actor"], slot.action, slot.reward, slot.episode_return):
+        for arr in (slot.obs["actor"], slot.next_obs["actor"], slot.reward, slot.episode_return):
             arr[...] = i
         slot.header[HEADER_TICK] = i
         ring.commit()

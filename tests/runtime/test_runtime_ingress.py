@@ -40,7 +40,7 @@ def test_ring_between_processes_keeps_order_and_blocks_when_full(ring_slots, con
             if consumer_delay_s and rng.random() < 0.5:
                 time.sleep(rng.uniform(0, consumer_delay_s))  # the producer must not touch this slot meanwhile
             i = slot.tick
-            for arr in (slot.obs["actor"], slot.next_obs["actor"], slot.action, slot.reward, slot.episode_return):
+            for arr in (slot.obs["actor"], slot.next_obs["actor"], slot.reward, slot.episode_return):
                 assert (arr == i).all(), f"slot of transition {i} was overwritten before release"
             seen.append(i)
             ring.release()

@@ -53,3 +53,25 @@ def test_inference_and_update_alternate_tick_by_tick(run_dir):
         phases = [iv for iv in intervals if iv["tick"] == t]
         assert [order[iv["phase"]] for iv in phases] == sorted(order[iv["phase"]] for iv in phases)
         assert {"wait", "inference", "ingest"} <= {iv["phase"] for iv in phases}
+
+
+def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rewards(run_dir):
+    """A step's pending reward (`NpEnvState.finish`, here 8 ms of CPU) is computed after the observation is
+    published, in the ingress write that overlaps the learner's inference, never between step and publish."""
+    ticks, num_envs, busy_ms = 30, 4, 8.0
+    cfg = make_cfg(
+        env={"num_envs": num_envs, "options": {"deferred_reward_busy_s": busy_ms / 1e3}},
+        train={"total_env_steps": ticks * num_envs},
+        runtime={"trace": True},
+    )
+    runner = run_in_process(cfg, run_dir)
+    assert runner.summary["env_steps"] == ticks * num_envs
+    collector = load_intervals(run_dir / "timeline.json", "collector")
+    ms = {
+        phase: sorted((iv["end"] - iv["start"]) / 1e3 for iv in collector if iv["phase"] == phase)
+        for phase in ("task", "publish", "ingress")
+    }
+    assert len(ms["ingress"]) == ticks
+    assert all(d >= busy_ms for d in ms["ingress"]), "every tick's transition waited for its finished reward"
+    median = {phase: d[len(d) // 2] for phase, d in ms.items()}
+    assert median["task"] + median["publish"] < busy_ms / 2, median  # step to publish without the reward work
