@@ -265,7 +265,8 @@ class Learner:
         self.warmup_s: dict[str, float] = {}
         """host seconds of the first inference tick, the first with the policy's own actions and the
         first update phase: these calls compile and capture (`first_*` keys)"""
-        self._interval = (time.perf_counter(), 0, 0.0, 0.0, 0)  # metrics(): t, updates, busy s, inference s, ticks
+        self._interval = (time.perf_counter(), 0, 0.0, dict(self.busy_s), 0)
+        """metrics() rates since the last row: (t, updates, busy s, busy s per phase, inference ticks)"""
         self._phases_read = 0
         """collector ticks whose phase durations went into a metric row already"""
 
@@ -603,7 +604,7 @@ class Learner:
         self._loop_start = time.monotonic()
         deadline = None if self.max_seconds is None else self._loop_start + float(self.max_seconds)
         busy = sum(self.busy_s.values())
-        self._interval = (time.perf_counter(), self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
+        self._interval = (time.perf_counter(), self.updates_done, busy, dict(self.busy_s), self.inference_ticks)
         t_prev = time.monotonic()
         for tick in range(self.num_ticks):
             self.tick = tick
@@ -656,14 +657,17 @@ class Learner:
         # Rates over the interval since the previous call: host clocks, counters and completed events only.
         self._collect_update_events()
         now, busy = time.perf_counter(), sum(self.busy_s.values())
-        t_prev, updates_prev, busy_prev, inference_prev, ticks_prev = self._interval
+        t_prev, updates_prev, busy_prev, phases_prev, ticks_prev = self._interval
         wall = max(now - t_prev, 1e-9)
         out["perf/updates_per_s"] = (self.updates_done - updates_prev) / wall
         out["perf/learner_busy_fraction"] = min(1.0, (busy - busy_prev) / wall)
         if self.inference_ticks > ticks_prev:
-            inference_s = self.busy_s["inference"] - inference_prev
-            out["perf/inference_tick_ms"] = 1e3 * inference_s / (self.inference_ticks - ticks_prev)
-        self._interval = (now, self.updates_done, busy, self.busy_s["inference"], self.inference_ticks)
+            ticks = self.inference_ticks - ticks_prev
+            out["perf/inference_tick_ms"] = 1e3 * (self.busy_s["inference"] - phases_prev["inference"]) / ticks
+            # one ingest a tick, waiting for the collector's commit where its ingress write (with the step's
+            # reward) outlasts the inference before it
+            out["perf/ingest_ms"] = 1e3 * (self.busy_s["ingest"] - phases_prev["ingest"]) / ticks
+        self._interval = (now, self.updates_done, busy, dict(self.busy_s), self.inference_ticks)
         out.update(self._collector_phases())
         out.update(self._inference_stages())
         if self.episodes:

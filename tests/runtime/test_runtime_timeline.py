@@ -57,12 +57,14 @@ def test_inference_and_update_alternate_tick_by_tick(run_dir):
 
 def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rewards(run_dir):
     """A step's pending reward (`NpEnvState.finish`, here 8 ms of CPU) is computed after the observation is
-    published, in the ingress write that overlaps the learner's inference, never between step and publish."""
+    published, in the ingress write that overlaps the learner's inference, never between step and publish;
+    the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`)."""
     ticks, num_envs, busy_ms = 30, 4, 8.0
     cfg = make_cfg(
         env={"num_envs": num_envs, "options": {"deferred_reward_busy_s": busy_ms / 1e3}},
         train={"total_env_steps": ticks * num_envs},
         runtime={"trace": True},
+        logger={"interval_env_steps": 10 * num_envs},
     )
     runner = run_in_process(cfg, run_dir)
     assert runner.summary["env_steps"] == ticks * num_envs
@@ -75,3 +77,9 @@ def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rew
     assert all(d >= busy_ms for d in ms["ingress"]), "every tick's transition waited for its finished reward"
     median = {phase: d[len(d) // 2] for phase, d in ms.items()}
     assert median["task"] + median["publish"] < busy_ms / 2, median  # step to publish without the reward work
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    ingest = [r["perf/ingest_ms"] for r in rows if "perf/ingest_ms" in r]
+    inference = [r["perf/inference_tick_ms"] for r in rows if "perf/ingest_ms" in r]
+    assert len(ingest) >= 2
+    # the stand-in's inference takes well under the 8 ms: each ingest waited most of the write out
+    assert all(i >= busy_ms / 2 > f for i, f in zip(ingest, inference, strict=True)), (ingest, inference)
