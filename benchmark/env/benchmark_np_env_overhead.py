@@ -29,9 +29,9 @@ physics dwarfs the difference the replay would measure):
 
     python -m benchmark.env.benchmark_np_env_overhead --tasks hopper halfcheetah ant humanoid --task-side
 
-On a step that resets no row NpEnv hands the reward back pending (`NpEnvState`):
-the collector publishes the observation first and finishes the reward while the
-learner infers. Each block finishes every step's reward right after the step
+NpEnv hands every step's reward back pending (`NpEnvState`): the collector
+publishes the observation first and finishes the reward while the learner
+infers. Each block finishes every step's reward right after the step
 returns and times it apart, so `deferred_ms_per_vector_step` is the part of the
 task side that leaves the collector's critical path and
 `critical_task_side_ms_per_vector_step` what stays on it (both inside the task
