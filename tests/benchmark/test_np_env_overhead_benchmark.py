@@ -27,7 +27,7 @@ def test_dmc_row_replays_the_sensor_pool_too():
     # the bare side ran the position/velocity refresh as well as the substeps
     assert 0.0 < row["bare_share_forward"] < 1.0 and row["share_pool_forward"] > 0.0
     assert row["bare_pool_steps_per_s"] > 0 and row["reset_all_ms"] > 0
-    # three steps inside a 1000-step episode reset no row: each reward was deferred and timed apart
+    # every step's reward was deferred and timed apart
     assert row["deferred_step_share"] == 1.0 and row["deferred_ms_per_vector_step"] > 0.0
     total = row["critical_task_side_ms_per_vector_step"] + row["deferred_ms_per_vector_step"]
     assert abs(total - row["task_side_ms_per_vector_step"]) < 1e-9
