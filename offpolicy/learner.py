@@ -254,6 +254,9 @@ class Learner:
         """seconds spent in each phase: host wall clock (perf_counter, never a device sync), except the
         update phase on CUDA, which is launched asynchronously and runs while the collector steps physics:
         its device time is read from CUDA events once they completed (`_collect_update_events`)"""
+        self.ingest_split_s = {"wait": 0.0, "sync": 0.0}
+        """host seconds of ingest's two waits: for the collector's commit of the transition (its ingress
+        write, rewards included), and for the device after the copies into replay (CUDA only)"""
         self._update_events: list[tuple[Any, Any]] = []
         """(start, end) CUDA events of update phases whose device time is not yet counted"""
         self.inference_ticks = 0
@@ -267,6 +270,7 @@ class Learner:
         first update phase: these calls compile and capture (`first_*` keys)"""
         self._interval = (time.perf_counter(), 0, 0.0, dict(self.busy_s), 0)
         """metrics() rates since the last row: (t, updates, busy s, busy s per phase, inference ticks)"""
+        self._ingest_split_prev = dict(self.ingest_split_s)
         self._phases_read = 0
         """collector ticks whose phase durations went into a metric row already"""
 
@@ -431,6 +435,7 @@ class Learner:
         # the collector publishes obs_{t+1} before it writes transition t: it may still be writing it
         self.collector.arm_deadline(tick + 1)
         self.waiter.wait_at_least(PRODUCED, tick + 1, self.check)
+        t_committed = time.perf_counter()
         slot = self.ring.peek()
         if slot is None:
             raise ProtocolError(f"transition {tick} is not in the ingress ring")
@@ -469,8 +474,11 @@ class Learner:
             self._observe(
                 *(torch.from_numpy(a[:n]).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
             )
+        t_sync = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the copies have left the slot
+        self.ingest_split_s["wait"] += t_committed - t0
+        self.ingest_split_s["sync"] += time.perf_counter() - t_sync
         if slot.header[HEADER_NUM_DONE]:
             done = slot.terminated | slot.truncated
             train = done[:n]
@@ -605,6 +613,7 @@ class Learner:
         deadline = None if self.max_seconds is None else self._loop_start + float(self.max_seconds)
         busy = sum(self.busy_s.values())
         self._interval = (time.perf_counter(), self.updates_done, busy, dict(self.busy_s), self.inference_ticks)
+        self._ingest_split_prev = dict(self.ingest_split_s)
         t_prev = time.monotonic()
         for tick in range(self.num_ticks):
             self.tick = tick
@@ -667,7 +676,11 @@ class Learner:
             # one ingest a tick, waiting for the collector's commit where its ingress write (with the step's
             # reward) outlasts the inference before it
             out["perf/ingest_ms"] = 1e3 * (self.busy_s["ingest"] - phases_prev["ingest"]) / ticks
+            # its parts: the wait for that commit, and the device sync after the copies into replay
+            for part, value in self.ingest_split_s.items():
+                out[f"perf/ingest_{part}_ms"] = 1e3 * (value - self._ingest_split_prev[part]) / ticks
         self._interval = (now, self.updates_done, busy, dict(self.busy_s), self.inference_ticks)
+        self._ingest_split_prev = dict(self.ingest_split_s)
         out.update(self._collector_phases())
         out.update(self._inference_stages())
         if self.episodes:

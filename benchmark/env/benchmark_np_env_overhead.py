@@ -227,6 +227,9 @@ def measure(
         **row,
         "bare_pool_steps_per_s": n / bare_s,
         "overhead": np_env_s / bare_s - 1.0,
+        # the same without the deferred rewards, which the collector computes after publishing the observation,
+        # while the learner infers: NpEnv's overhead on the critical path between two physics steps
+        "critical_overhead": (np_env_s - deferred_s) / bare_s - 1.0,
         "overhead_block_median": float(np.median(ratios)),
         # physics time of one vector step (what the learner can train through) and its sensor-refresh part
         "bare_ms_per_vector_step": bare_step_ms,
@@ -280,11 +283,12 @@ def main() -> None:
             f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} np_env={row['np_env_steps_per_s']:9.0f}/s "
             f"bare={row['bare_pool_steps_per_s']:9.0f}/s ({row['bare_ms_per_vector_step']:.1f} ms/step, "
             f"forward {100 * row['bare_share_forward']:.0f}%) overhead={100 * row['overhead']:+.1f}% "
+            f"(on the critical path {100 * row['critical_overhead']:+.1f}%) "
             f"(block median {100 * row['overhead_block_median']:+.1f}%; numpy {100 * row['share_numpy_python']:.1f}% "
             f"of NpEnv time; {task_side}) reset all {row['reset_all_ms']:.0f} ms",
             flush=True,
         )
-    meta = {"args": vars(args), "target": "overhead <= 5%"}
+    meta = {"args": vars(args), "target": "overhead <= 5% (critical_overhead: the part between two physics steps)"}
     name = OUTPUT_NAMES[args.suite] + ("_task_side" if args.task_side else "")
     folder = write_results(name, rows, meta, args.out)
     print("wrote", folder)

@@ -69,10 +69,12 @@ MEDIANS = {
     "collector_outside_pool_fraction": "perf/collector_outside_pool_fraction",
     "collector_task_ms": "perf/collector_task_ms",
     "ingest_ms": "perf/ingest_ms",
+    "ingest_wait_ms": "perf/ingest_wait_ms",
+    "ingest_sync_ms": "perf/ingest_sync_ms",
     **{f"inference_{stage}_ms": f"perf/inference_{stage}_ms" for stage in INFERENCE_STAGES},
 }
 """row field -> metrics.csv column whose median over the window's rows it holds (the inference stages
-and `perf/ingest_ms` exist in runs made after they were added; older runs get None)"""
+and `perf/ingest_*ms` exist in runs made after they were added; older runs get None)"""
 LAUNCH_STAGES = ("h2d", "policy", "eval", "post")
 """the inference stages that only issue device work on CUDA; `action_copy` then waits for the device"""
 REPLAY_FIELDS = (

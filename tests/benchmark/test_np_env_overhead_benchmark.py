@@ -31,3 +31,6 @@ def test_dmc_row_replays_the_sensor_pool_too():
     assert row["deferred_step_share"] == 1.0 and row["deferred_ms_per_vector_step"] > 0.0
     total = row["critical_task_side_ms_per_vector_step"] + row["deferred_ms_per_vector_step"]
     assert abs(total - row["task_side_ms_per_vector_step"]) < 1e-9
+    # the critical-path overhead leaves the deferred part out of NpEnv's time against the same bare physics
+    critical = (row["np_env_ms_per_vector_step"] - row["deferred_ms_per_vector_step"]) / row["bare_ms_per_vector_step"]
+    assert abs(row["critical_overhead"] - (critical - 1.0)) < 1e-9 and row["critical_overhead"] < row["overhead"]

@@ -58,7 +58,7 @@ def test_inference_and_update_alternate_tick_by_tick(run_dir):
 def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rewards(run_dir):
     """A step's pending reward (`NpEnvState.finish`, here 8 ms of CPU) is computed after the observation is
     published, in the ingress write that overlaps the learner's inference, never between step and publish;
-    the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`)."""
+    the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`, its `perf/ingest_wait_ms`)."""
     ticks, num_envs, busy_ms = 30, 4, 8.0
     cfg = make_cfg(
         env={"num_envs": num_envs, "options": {"deferred_reward_busy_s": busy_ms / 1e3}},
@@ -83,3 +83,8 @@ def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rew
     assert len(ingest) >= 2
     # the stand-in's inference takes well under the 8 ms: each ingest waited most of the write out
     assert all(i >= busy_ms / 2 > f for i, f in zip(ingest, inference, strict=True)), (ingest, inference)
+    # and that wait is the part `perf/ingest_wait_ms` names; the device sync after the copies has no device here
+    wait = [r["perf/ingest_wait_ms"] for r in rows if "perf/ingest_ms" in r]
+    sync = [r["perf/ingest_sync_ms"] for r in rows if "perf/ingest_ms" in r]
+    assert all(i >= w >= busy_ms / 2 for i, w in zip(ingest, wait, strict=True)), (ingest, wait)
+    assert all(s < busy_ms / 8 for s in sync), sync
