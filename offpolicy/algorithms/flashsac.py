@@ -189,14 +189,25 @@ class FlashSAC(OffPolicyAlgorithm):
         return any(schedule)  # actor weights and its BatchNorm statistics change only in actor updates
 
     def observe(self, reward: Tensor, terminated: Tensor, truncated: Tensor) -> None:
-        """Fold one ingested vector step into the running return statistics of the reward scaler."""
-        if self.reward_scaler is not None:
-            dev, f32 = self.device, torch.float32
-            self.reward_scaler.update(
-                torch.as_tensor(reward, device=dev, dtype=f32),
-                torch.as_tensor(terminated, device=dev, dtype=f32),
-                torch.as_tensor(truncated, device=dev, dtype=f32),
-            )
+        """Fold one ingested vector step into the running return statistics of the reward scaler.
+
+        With CUDA graphs the ~30 small kernels of the update are one captured graph: launched one by one
+        they cost the learner's host more than the device takes to run them, every tick, in its ingest.
+        """
+        if self.reward_scaler is None:
+            return
+        reward, terminated, truncated = (
+            torch.as_tensor(x, device=self.device) for x in (reward, terminated, truncated)
+        )
+        if self.use_cuda_graphs:
+            self._captured_call(("observe", tuple(reward.shape)), self._observe_flat)(reward, terminated, truncated)
+        else:
+            self._observe_flat(reward, terminated, truncated)
+
+    @torch.no_grad()
+    def _observe_flat(self, reward: Tensor, terminated: Tensor, truncated: Tensor) -> None:
+        f32 = torch.float32
+        self.reward_scaler.update(reward.to(f32), terminated.to(f32), truncated.to(f32))
 
     # ------------------------------------------------------------------ losses (compiled when on)
 

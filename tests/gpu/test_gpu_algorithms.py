@@ -346,3 +346,30 @@ def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp
     report = check_track(load_intervals(tmp_path / "timeline.json", "device"))
     assert report["passed"] and report["inference_intervals"] >= 150, report
     assert summary["snapshot_evaluations"] >= 1, summary  # the graph's evaluation rows acted for whole episodes
+
+
+def test_flashsac_reward_statistics_in_a_graph_match_eager():
+    """FlashSAC's per-tick `observe` (the reward scaler's running returns and moments) is one captured graph
+    with CUDA graphs on: after warm-up, capture and replays it holds the eager copy's statistics, a step with a
+    NaN reward left out and finished episodes restarted as in eager. The same kernels run in both, so the
+    tolerance is float rounding only."""
+    cfg = {"name": "flashsac", **SIZES["flashsac"], "reward_scale_horizon_bound": True}
+    eager = make_algorithm(OmegaConf.create({**cfg, "compile": False, "cuda_graphs": False}), _spec(), "cuda")
+    production = make_algorithm(OmegaConf.create({**cfg, "compile": False, "cuda_graphs": True}), _spec(), "cuda")
+    gen = torch.Generator().manual_seed(3)
+    for step in range(12):  # 2 warm-up calls, the capture, then replays
+        reward = torch.randn(NUM_ENVS, generator=gen) * 3.0
+        if step == 6:
+            reward[5] = float("nan")  # the whole step is left out
+        done = torch.rand(NUM_ENVS, generator=gen) < 0.2
+        terminated, truncated = done & (torch.arange(NUM_ENVS) % 2 == 0), done & (torch.arange(NUM_ENVS) % 2 == 1)
+        for algo in (eager, production):
+            algo.observe(reward.cuda(), terminated.cuda(), truncated.cuda())
+    torch.cuda.synchronize()
+    assert not production.graph_errors
+    call = production._captured[("observe", (NUM_ENVS,))]
+    assert call.graph is not None, "observe was not captured"
+    for name, value in eager.reward_scaler.state_dict().items():
+        got = production.reward_scaler.state_dict()[name]
+        torch.testing.assert_close(got, value, rtol=1e-6, atol=1e-6, msg=name)
+    assert float(eager.reward_scaler.count) == 11 * NUM_ENVS  # the NaN step was left out by both
