@@ -174,6 +174,7 @@ class DmcTask(MujocoTask):
     """the entries of the suite's observation dict in the order this task's observation lays them out
     (`envs.dmc.flatten_observation`)"""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    initial_states_ahead = False  # some draws test contacts on the pool's rows of the resetting envs
     fresh_sensors = True
     acc_sensors_from_last_substep = True
     reset_without_actuation = True

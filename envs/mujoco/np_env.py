@@ -15,8 +15,9 @@ array size, and numpy's Python-level wrappers cost most (`np.ones`, `np.clip`,
 `np.flatnonzero`, `ndarray.any`, and reading `MjModel` attributes, which builds
 wrappers). So the step makes as few calls as it can, through C-level ones:
 constants are read once at construction, helper vectors are made once
-(`envs.mujoco.task.ones`), and a new episode's observation comes from the states
-just written rather than a gather of them.
+(`envs.mujoco.task.ones`), a new episode's observation comes from the states
+just written rather than a gather of them, and its state comes from a batch drawn
+ahead, in the deferred part of an earlier step (where the task allows it).
 
 Physics failures are never silent. The pool stops stepping an env after a
 MuJoCo warning (its time then advances by less than `frame_skip * timestep`)
@@ -133,6 +134,9 @@ class MujocoNpEnv(NpEnv):
         self.physics_failures_total = 0
         self._pending: NpEnvState | None = None
         """the last step's state while its rewards are deferred (`NpEnvState.finish`)"""
+        self._ahead = np.zeros((0, self.nstate))
+        self._ahead_pos = 0
+        """new episodes' states drawn ahead (`task.initial_states_ahead`): rows `_ahead_pos:` are not used yet"""
         self.last_step_timing: tuple[int, int, int, int] | None = None
         """(pool start, pool end, resets start, resets end) of the last step, perf_counter_ns (phase timings)"""
         self.reset_log: list[tuple[np.ndarray, np.ndarray]] | None = None
@@ -199,7 +203,7 @@ class MujocoNpEnv(NpEnv):
         """
         self._finish_pending()
         if states is None:
-            states = self.task.initial_states(self, env_ids)
+            states = self._initial_states(env_ids)
         if self.task.fresh_sensors:
             pool = self.pool if self.reset_pool is None else self.reset_pool
             states, sensordata = pool.reset(env_ids, states)
@@ -214,6 +218,28 @@ class MujocoNpEnv(NpEnv):
         self._episode_length[env_ids] = 0
         self._episode_return[env_ids] = 0.0
         return self._view(states, sensordata)
+
+    def _initial_states(self, env_ids: np.ndarray) -> np.ndarray:
+        """New episodes' states for `env_ids`: the next rows drawn ahead where enough are left, else drawn now."""
+        start, stop = self._ahead_pos, self._ahead_pos + len(env_ids)
+        if stop <= self._ahead.shape[0]:
+            self._ahead_pos = stop
+            return self._ahead[start:stop]
+        return self.task.initial_states(self, env_ids)
+
+    def _draw_ahead(self) -> None:
+        """Keep at least `num_envs` new episodes' states drawn ahead (run while the caller waits, after a step).
+
+        A reset right after a pool step pays several times the draw's warm cost (the step's workers evicted
+        the caches); drawn here, a reset only takes rows. Rows are used in the order drawn, and the draws
+        follow the env's steps, so a seed still fixes every episode's start.
+        """
+        left = self._ahead.shape[0] - self._ahead_pos
+        if left >= self.num_envs or not self.task.initial_states_ahead:
+            return
+        fresh = self.task.initial_states(self, np.arange(self.num_envs, dtype=np.int32))
+        self._ahead = np.concatenate([self._ahead[self._ahead_pos :], fresh]) if left else fresh
+        self._ahead_pos = 0
 
     def _observe(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         view = self._view(self._state[rows], self._sensordata[rows])
@@ -237,7 +263,8 @@ class MujocoNpEnv(NpEnv):
         return self._first_state()
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything the next steps depend on (physics state, sensors, episode counters, observation, RNG)."""
+        """Everything the next steps depend on (physics state, sensors, episode counters, observation, the
+        states drawn ahead, RNG)."""
         self._finish_pending()
         return {
             "state": self._state.copy(),
@@ -245,6 +272,7 @@ class MujocoNpEnv(NpEnv):
             "episode_length": self._episode_length.copy(),
             "episode_return": self._episode_return.copy(),
             "obs": self._obs.copy(),
+            "ahead": self._ahead[self._ahead_pos :].copy(),
             "rng": self.rng.bit_generator.state,
         }
 
@@ -256,6 +284,8 @@ class MujocoNpEnv(NpEnv):
         self._episode_length = np.array(snapshot["episode_length"], dtype=np.int64, copy=True)
         self._episode_return = np.array(snapshot["episode_return"], dtype=np.float64, copy=True)
         self._obs = np.array(snapshot["obs"], dtype=np.float32, copy=True)
+        self._ahead = np.array(snapshot.get("ahead", np.zeros((0, self.nstate))), dtype=np.float64, copy=True)
+        self._ahead_pos = 0
         self.rng.bit_generator.state = snapshot["rng"]
 
     def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
@@ -385,6 +415,7 @@ class MujocoNpEnv(NpEnv):
         if ended is not None:  # the episodes that ended: their return; the new ones start at zero
             episode_return[rows] = ended_return + reward[rows]
             self._episode_return[rows] = 0.0
+        self._draw_ahead()
         return reward.astype(np.float32), {"reward_terms": terms, "episode_return": episode_return}
 
     def _finish_pending(self) -> None:

@@ -91,6 +91,9 @@ class MujocoTask:
     max_episode_steps: ClassVar[int] = 1000
     reward_range: ClassVar[tuple[float, float] | None] = None
     """bounds (low, high) of one step's reward (EnvSpec.reward_range); None where the task declares none"""
+    initial_states_ahead: ClassVar[bool] = True
+    """New episodes' states may be drawn ahead of need (`initial_states` reads only `env.rng`, not the pools):
+    the env draws a batch while its caller waits between steps, and a reset takes the next rows of it."""
     fresh_sensors: ClassVar[bool] = False
     """Recompute sensors on the final state of a step (one extra mj_forward per env)."""
     acc_sensors_from_last_substep: ClassVar[bool] = False

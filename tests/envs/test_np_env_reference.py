@@ -4,7 +4,9 @@ The env's step is written for speed (shared read-only helper arrays, matrix-vect
 row tests, the new rows' observation taken from the states it writes). Here a
 plain reference, written from the Gymnasium v5 rules and the NpEnv contract and
 sharing none of that code, drives its own copy of the same task (same seed, hence
-the same pool and reset draws) through ~300 random steps with many auto-resets and
+the same pool and reset draws: the env draws new episodes' states ahead, a batch of
+one per env whenever fewer than that are left after a step, and resets take them
+in order) through ~300 random steps with many auto-resets and
 a physics blow-up; every array the env returns must equal the reference's exactly
 (same dtype, same bytes), and must still be unchanged after later steps (the env
 never writes into arrays it returned).
@@ -83,6 +85,7 @@ class ReferenceEnv:
         self.sensors = np.zeros((n, inner.model.nsensordata))
         self.length = np.zeros(n, dtype=np.int64)
         self.returns = np.zeros(n)
+        self.ahead: list[np.ndarray] = []  # new episodes' states drawn ahead, one row each, in draw order
         self.start(np.arange(n))
         self.obs = self.observe(self.state, self.sensors)
 
@@ -98,15 +101,22 @@ class ReferenceEnv:
     def start(self, rows, states=None):
         """New episodes on `rows`: Gymnasium's reset noise (or the given states), sensors of the new state."""
         task, inner = self.inner.task, self.inner
-        if states is None:
-            qpos, qvel = task.reset_qpos_qvel(inner.rng, len(rows), inner.model.qpos0, self.nv)
-            states = np.zeros((len(rows), inner.pool.nstate))
-            states[:, 1 : 1 + self.nq], states[:, 1 + self.nq : 1 + self.nq + self.nv] = qpos, qvel
+        if states is None and len(self.ahead) >= len(rows):
+            states, self.ahead = np.array(self.ahead[: len(rows)]), self.ahead[len(rows) :]
+        elif states is None:
+            states = self.draw(len(rows))
         if task.fresh_sensors:
             states, self.sensors[rows] = inner.pool.reset(rows.astype(np.int32), states)
         self.state[rows] = states
         self.length[rows] = 0
         self.returns[rows] = 0.0
+
+    def draw(self, count):
+        task, inner = self.inner.task, self.inner
+        qpos, qvel = task.reset_qpos_qvel(inner.rng, count, inner.model.qpos0, self.nv)
+        states = np.zeros((count, inner.pool.nstate))
+        states[:, 1 : 1 + self.nq], states[:, 1 + self.nq : 1 + self.nq + self.nv] = qpos, qvel
+        return states
 
     def set_physics_state(self, qpos, qvel):
         states = np.zeros((self.n, self.inner.pool.nstate))
@@ -159,6 +169,8 @@ class ReferenceEnv:
             self.start(done)
             obs[done] = self.observe(self.state[done], self.sensors[done])
         self.obs = out["obs"] = obs
+        if len(self.ahead) < self.n:  # after the step: draw the next episodes' states ahead
+            self.ahead += list(self.draw(self.n))
         return out
 
 
