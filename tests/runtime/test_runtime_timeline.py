@@ -81,10 +81,14 @@ def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rew
     ingest = [r["perf/ingest_ms"] for r in rows if "perf/ingest_ms" in r]
     inference = [r["perf/inference_tick_ms"] for r in rows if "perf/ingest_ms" in r]
     assert len(ingest) >= 2
-    # the stand-in's inference takes well under the 8 ms: each ingest waited most of the write out
-    assert all(i >= busy_ms / 2 > f for i, f in zip(ingest, inference, strict=True)), (ingest, inference)
+    # the stand-in's inference takes well under the 8 ms: the ingests waited most of the write out (a row's
+    # median tick at least a quarter of it, whatever the learner's scheduling on a loaded 2-core machine; the
+    # median row at least half); with the reward computed before the publish they would wait ~0
+    assert all(i >= busy_ms / 4 > f for i, f in zip(ingest, inference, strict=True)), (ingest, inference)
+    assert sorted(ingest)[len(ingest) // 2] >= busy_ms / 2, ingest
     # and that wait is the part `perf/ingest_wait_ms` names; the device sync after the copies has no device here
     wait = [r["perf/ingest_wait_ms"] for r in rows if "perf/ingest_ms" in r]
     sync = [r["perf/ingest_sync_ms"] for r in rows if "perf/ingest_ms" in r]
-    assert all(i >= w >= busy_ms / 2 for i, w in zip(ingest, wait, strict=True)), (ingest, wait)
+    assert all(i >= w >= busy_ms / 4 for i, w in zip(ingest, wait, strict=True)), (ingest, wait)
+    assert sorted(wait)[len(wait) // 2] >= busy_ms / 2, wait
     assert all(s < busy_ms / 8 for s in sync), sync
