@@ -111,17 +111,19 @@ class ReferenceEnv:
         self.length[rows] = 0
         self.returns[rows] = 0.0
 
-    def draw(self, count):
-        task, inner = self.inner.task, self.inner
-        qpos, qvel = task.reset_qpos_qvel(inner.rng, count, inner.model.qpos0, self.nv)
-        states = np.zeros((count, inner.pool.nstate))
+    def states(self, qpos, qvel):
+        """Full physics state rows at time 0 from (qpos, qvel) rows."""
+        states = np.zeros((qpos.shape[0], self.inner.pool.nstate))
         states[:, 1 : 1 + self.nq], states[:, 1 + self.nq : 1 + self.nq + self.nv] = qpos, qvel
         return states
 
+    def draw(self, count):
+        """`count` new episodes' states: Gymnasium's reset noise, drawn with the env copy's RNG."""
+        inner = self.inner
+        return self.states(*inner.task.reset_qpos_qvel(inner.rng, count, inner.model.qpos0, self.nv))
+
     def set_physics_state(self, qpos, qvel):
-        states = np.zeros((self.n, self.inner.pool.nstate))
-        states[:, 1 : 1 + self.nq], states[:, 1 + self.nq : 1 + self.nq + self.nv] = qpos, qvel
-        self.start(np.arange(self.n), states)
+        self.start(np.arange(self.n), self.states(qpos, qvel))
         self.obs = self.observe(self.state, self.sensors)
 
     def step(self, actions):
