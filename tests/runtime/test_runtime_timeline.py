@@ -56,10 +56,10 @@ def test_inference_and_update_alternate_tick_by_tick(run_dir):
 
 
 def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rewards(run_dir):
-    """A step's pending reward (`NpEnvState.finish`, here 8 ms of CPU) is computed after the observation is
+    """A step's pending reward (`NpEnvState.finish`, here 20 ms of CPU) is computed after the observation is
     published, in the ingress write that overlaps the learner's inference, never between step and publish;
     the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`, its `perf/ingest_wait_ms`)."""
-    ticks, num_envs, busy_ms = 30, 4, 8.0
+    ticks, num_envs, busy_ms = 30, 4, 20.0
     cfg = make_cfg(
         env={"num_envs": num_envs, "options": {"deferred_reward_busy_s": busy_ms / 1e3}},
         train={"total_env_steps": ticks * num_envs},
