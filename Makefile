@@ -47,8 +47,11 @@ torch:
 train: $(VENV)/.installed
 	$(PY) -m offpolicy.train $(ARGS)
 
+# two workers (pytest-xdist): the CLI tests pin their processes to CPUs 0 and 1, so more would only
+# contend; the tests that time things (marker `serial`) then run alone
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 -m "not gpu and not serial"
+	$(PY) -m pytest -q -m serial
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check offpolicy envs tests benchmark

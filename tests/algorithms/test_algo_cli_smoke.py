@@ -1,4 +1,7 @@
-"""Subprocess smoke runs of the real CLI for every `algo x env` pair: tiny nets, tiny budget, learning on."""
+"""Subprocess smoke runs of the real CLI for every `algo x env` pair: tiny nets, tiny budget, learning on.
+
+Each pair's `conf/algo_env/` tuning is composed and used as is, except its updates per tick (2 here).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ ENVS = ["ant", "humanoid", "halfcheetah", "hopper", "walker2d"]
 
 
 def smoke_run(tmp_path: Path, algo: str, env: str, ticks: int, *extra: str) -> tuple[dict, list[dict]]:
-    """`python -m offpolicy.train` with 4 envs (+2 eval rows) for `ticks` ticks, learning after 8; summary, rows.
+    """`python -m offpolicy.train` with 4 envs (+2 eval rows) for `ticks` ticks, learning after 8 (2 updates a tick); summary, rows.
 
     The final snapshot runs one episode per eval row (`eval.episodes=2`): on the tasks that rarely end early (ant,
     the DMC tasks' 1000 steps) the default 16 made most of a smoke run's time."""
@@ -26,7 +29,7 @@ def smoke_run(tmp_path: Path, algo: str, env: str, ticks: int, *extra: str) -> t
         f"algo={algo}", f"env={env}", f"env.num_envs={num_envs}", "eval.num_envs=2", "eval.episodes=2",
         f"train.total_env_steps={num_envs * ticks}", f"train.learning_starts={num_envs * 8}",
         "algo.batch_size=32", "algo.actor_hidden_dim=16", "algo.critic_hidden_dim=16",
-        "logger=none", f"logger.interval_env_steps={num_envs * 8}", "checkpoint.interval_env_steps=0",
+        "train.updates_per_step=2", "logger=none", f"logger.interval_env_steps={num_envs * 8}", "checkpoint.interval_env_steps=0",
         *extra, f"hydra.run.dir={tmp_path}",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
@@ -50,6 +53,6 @@ def test_train_cli_runs_and_learns(tmp_path, algo, env):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_train_cli_smoke_dmc_dog_run(tmp_path, algo):
-    """A DeepMind Control Suite task (the dog: activations, dm_control's sensor timing), 2 updates a step."""
-    smoke_run(tmp_path, algo, "dmc_dog_run", 24, "train.updates_per_step=2")
+    """A DeepMind Control Suite task (the dog: activations, dm_control's sensor timing)."""
+    smoke_run(tmp_path, algo, "dmc_dog_run", 24)
     assert "name: dmc_dog_run" in (tmp_path / "config_resolved.yaml").read_text()

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # re-scored in Gymnasium's env / dm_control's; the window from a tick / from a time into the loop
 @pytest.mark.parametrize(
-    "task,window", [("hopper", ["--record-start-tick", "40"]), ("dmc_cheetah_run", ["--record-start-s", "1.5"])]
+    "task,window", [("hopper", ["--record-start-tick", "40"]), ("dmc_cheetah_run", ["--record-start-s", "0.5"])]
 )
 def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
     status = main(
@@ -33,6 +33,7 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
             "--out", str(tmp_path / "kept"), "--work", str(tmp_path / "work"),
             "--", "train.total_env_steps=3000", "env.num_envs=32", "train.learning_starts=1000",
             "eval.num_envs=2", "eval.episodes=2", "eval.interval_s=null", "algo.batch_size=64",
+            "algo.updates_per_step=2", "algo.critic_hidden_dim=64", "algo.actor_hidden_dim=64",
         ]
     )  # fmt: skip
     assert status == 0
@@ -45,12 +46,12 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
     assert final["checkpoint_env_steps"] == summary["env_steps"]
     assert final["episodes"] == 2 and final["reference"][reference_for(task)]["episodes"] == 2
     replay = json.loads((kept / "replay.json").read_text())
-    # the replayed window reproduces the run's observations exactly, from tick 40 on (or from 1.5 s in)
+    # the replayed window reproduces the run's observations exactly, from tick 40 on (or from 0.5 s in)
     rows = [r for r in (kept / "metrics.csv").read_text().splitlines()[1:]]
     assert replay["window_ticks"] == 10
     if "--record-start-tick" in window:
         assert replay["window_start_tick"] == 40
-    else:  # the first tick 1.5 s into the loop: neither the first tick nor past the run's end
+    else:  # the first tick 0.5 s into the loop: neither the first tick nor past the run's end
         assert 0 < replay["window_start_tick"] < summary["ticks"] - 10 and rows
     assert replay["replay_obs_max_abs_diff"] == 0.0 and replay["replay_states_agree"]
     assert replay["ratio_to_replayed_bare"] > 0

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hydra import compose, initialize_config_dir
 
 from offpolicy.runner import Runner
@@ -64,6 +65,7 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
     assert np.isfinite([r["perf/collector_outside_pool_fraction"] for r in phases]).all()
 
 
+@pytest.mark.serial
 def test_kept_busy_cpus_really_spin():
     """The spinners behind `replay_run(busy_cpus=...)` use their CPU the whole time (user time ~ wall time)."""
     from benchmark.offpolicy.replay import cpus_kept_busy

@@ -73,6 +73,7 @@ def test_no_budget_at_all_is_a_config_error(tmp_path):
         Runner(cfg, tmp_path)
 
 
+@pytest.mark.serial
 def test_wall_clock_run_from_the_cli_stops_on_time(tmp_path):
     """`budget=8min` shortened to 6 s: no step budget, the deadline ends the run with a final checkpoint."""
     proc = train_cli(

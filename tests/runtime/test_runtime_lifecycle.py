@@ -22,6 +22,9 @@ from runtime_helpers import HERE, REPO, processes_with_marker, shm_entries
 from offpolicy.checkpoint import load_checkpoint
 from offpolicy.lifecycle import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
 
+# faults must be noticed within seconds: alone on the machine under `make test` (marker `serial`)
+pytestmark = pytest.mark.serial
+
 LONG_RUN = 10**9
 BASE_ARGS = [
     "env=ant",

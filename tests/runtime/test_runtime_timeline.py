@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from runtime_helpers import make_cfg, run_in_process
 
 from offpolicy.timeline import load_intervals
+
+# the assertions compare phase durations in milliseconds: alone on the machine under `make test`
+pytestmark = pytest.mark.serial
 
 
 def test_inference_and_update_alternate_tick_by_tick(run_dir):
