@@ -19,7 +19,9 @@ ENVS = ["ant", "humanoid", "halfcheetah", "hopper", "walker2d"]
 
 
 def smoke_run(tmp_path: Path, algo: str, env: str, ticks: int, *extra: str) -> tuple[dict, list[dict]]:
-    """`python -m offpolicy.train` with 4 envs (+2 eval rows) for `ticks` ticks, learning after 8 (2 updates a tick); summary, rows.
+    """`python -m offpolicy.train` with 4 envs (+2 eval rows) for `ticks` ticks; summary, rows.
+
+    Learning starts after 8 ticks, at 2 updates a tick.
 
     The final snapshot runs one episode per eval row (`eval.episodes=2`): on the tasks that rarely end early (ant,
     the DMC tasks' 1000 steps) the default 16 made most of a smoke run's time."""
