@@ -461,6 +461,8 @@ class EvaluateConfig:
     reference: Literal["none", "gymnasium", "dm_control"] = "none"
     """also re-score the policy in the implementation the task reproduces (checked against the task by
     `check_reference`)"""
+    action: Literal["mean", "sample"] = "mean"
+    """mean: the actor's mean action (what reported returns use); sample: actions drawn as in training"""
     max_episode_steps: PositiveInt | None = None
     """time limit of the evaluated episodes (null: the task's own)"""
     env_options: dict[str, Any] = field(default_factory=dict)
@@ -489,10 +491,14 @@ class EvaluateConfig:
     """LoggerConfig or WandbLoggerConfig, by logger.name"""
 
     def check(self) -> None:
-        """The checkpoint is required; the device must exist."""
+        """The checkpoint is required; the device must exist; a reference re-score takes the mean action."""
         if self.checkpoint in ("???", ""):
             raise invalid("checkpoint", self.checkpoint, "required: checkpoint=<run dir>/checkpoints/latest.pt")
         check_device("device", self.device)
+        if self.action == "sample" and self.reference != "none":
+            raise invalid(
+                "action", self.action, f"reference={self.reference} re-scores the mean action only; valid with it: mean"
+            )
 
 
 def validate_eval_config(cfg: DictConfig | dict) -> EvaluateConfig:

@@ -1,9 +1,10 @@
 """Evaluate a checkpoint or a policy file: `python -m offpolicy.eval checkpoint=<path> [env=<task>] [video=true]`.
 
 An offline, learner-side tool. It runs `episodes` episodes of the deterministic
-policy (the actor's mean action), one per env row, in parallel, from fresh resets,
-and writes `eval.json` (returns, lengths, their mean, median, min, max and std,
-the checkpoint's counters) into the output dir. With `reference=gymnasium` it also
+policy (the actor's mean action; `action=sample` draws the actions as in training
+instead, exploration noise and all), one per env row, in parallel, from fresh
+resets, and writes `eval.json` (returns, lengths, their mean, median, min, max and
+std, the checkpoint's counters) into the output dir. With `reference=gymnasium` it also
 re-scores the same policy in Gymnasium's own environment
 (`gymnasium.make(spec.gymnasium_id, **spec.gymnasium_kwargs)`, the options this
 task matches) and, where this task sets reward options Gymnasium defaults
@@ -56,6 +57,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from offpolicy.evaluation import (
     MeanPolicy,
+    SampledPolicy,
     dm_control_rollout,
     gymnasium_rollout,
     observation_kwargs,
@@ -301,7 +303,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     Raises `ConfigError` for a bad key, `CheckpointError` for a bad checkpoint and
     `VideoError` (after writing eval.json) when the video fails or no GL backend works.
     """
-    from offpolicy.config import check_reference, check_task, validate_eval_config
+    from offpolicy.config import check_reference, check_task, invalid, validate_eval_config
 
     validate_eval_config(cfg)  # ConfigError (one line) before anything runs
     import torch
@@ -314,6 +316,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     device = resolve_device(str(cfg.get("device", "auto")))
     episodes = int(cfg.episodes)
     reference = str(cfg.get("reference") or "none")
+    action = str(cfg.get("action") or "mean")
 
     path = Path(str(cfg.checkpoint)).expanduser()
     ckpt = load_checkpoint(path, map_location="cpu")
@@ -335,6 +338,8 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     name_key = "env.name" if OmegaConf.select(cfg, "env.name", default=None) else "checkpoint"
     check_task(env_name, options, name_key, "env_options")  # before the env is built: one line, not a traceback
     check_reference(reference, env_name)
+    if action == "sample" and episodes > int(ckpt["num_envs"]):
+        raise invalid("episodes", episodes, f"action=sample acts for at most the {ckpt['num_envs']} training rows")
     if cfg.get("max_episode_steps") is not None:
         options["max_episode_steps"] = int(cfg.max_episode_steps)
 
@@ -358,7 +363,8 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         load_algorithm_state(algorithm, ckpt, path, allow_policy_only=True)  # a policy file acts the same
         record = bool(cfg.video) and gl_problem is None
         with physics_dir:
-            returns, lengths, states = rollout(env, MeanPolicy(algorithm, spec, device), record_first=record)
+            policy = MeanPolicy(algorithm, spec, device) if action == "mean" else SampledPolicy(algorithm, spec, device)
+            returns, lengths, states = rollout(env, policy, record_first=record)
         model = env.model
     finally:
         env.close()
@@ -374,6 +380,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "checkpoint_env_steps": int(ckpt["counters"]["env_steps"]),
         "checkpoint_policy_version": int(ckpt["counters"]["policy_version"]),
         "episodes": episodes,
+        "action": action,
         "return_mean": stats["mean"],
         "return_median": stats["median"],
         "return_min": stats["min"],

@@ -238,6 +238,35 @@ class MeanPolicy:
         return action.float().cpu().numpy()
 
 
+class SampledPolicy(MeanPolicy):
+    """Actions drawn as in training (the algorithm's `explore`: FastSAC's tanh-Gaussian, FlashSAC's held noise),
+    in env units, for numpy observations, on its device.
+
+    Reported returns use the mean action; this tells a brittle mean action apart from weights whose noisy
+    behaviour has lost the task too. `explore` may keep per-row state sized for the rows it was built with
+    (FlashSAC's held noise: the training rows), so the rows given are padded with zeros up to that count and
+    the padding's actions dropped; every row's exploration state restarts on the first call (the rollout's
+    fresh reset). Actions are random: repeat runs differ unless torch's generator is seeded alike.
+    """
+
+    def __init__(self, algorithm: Any, spec: Any, device: Any) -> None:
+        super().__init__(algorithm, spec, device)
+        self.rows = int(algorithm.num_envs)
+        if int(spec.num_envs) > self.rows:
+            raise ValueError(f"{spec.num_envs} rows to act for; sampling acts for at most {self.rows} (training rows)")
+        self.algorithm = algorithm
+        self.first = True
+        self.act = self.sample
+
+    def sample(self, obs: dict[str, Any]) -> Any:
+        torch = self.torch
+        n = next(iter(obs.values())).shape[0]
+        padded = {k: torch.cat([v, v.new_zeros((self.rows - n, *v.shape[1:]))]) for k, v in obs.items()}
+        reset = torch.full((self.rows,), self.first, dtype=torch.bool, device=self.device)
+        self.first = False
+        return self.algorithm.explore(padded, reset)[:n]
+
+
 def rollout(env: Any, policy: Any, record_first: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
     """One episode per env row from a fresh reset: (returns, lengths, [(qpos, qvel) of row 0 while it lasts])."""
     n = env.spec.num_envs

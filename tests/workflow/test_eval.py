@@ -6,16 +6,19 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from sizes import SMALL
 
 from envs.core import EnvSpec
 from offpolicy import checkpoint as ck
 from offpolicy.algorithms import make_algorithm
+from offpolicy.evaluation import MeanPolicy, SampledPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_TESTS = REPO / "tests" / "runtime"
@@ -179,6 +182,93 @@ def test_evaluate_writes_eval_json_with_deterministic_returns(tmp_path):
     assert saved["return_min"] == min(saved["returns"]) and "reference" not in saved
     assert first["returns"] == second["returns"]  # mean actions, seeded resets: repeatable
     assert saved["compiled_policy"] is False
+
+
+# --------------------------------------------------------------------------- action=sample
+
+
+def small_algorithm(name: str, rows: int, low: list[float], high: list[float]):
+    """(spec, algorithm): a tiny `name` built for `rows` env rows on a 5-dim observation, with actions in [low, high]."""
+    spec = EnvSpec(
+        "fake", rows, {"actor": 5}, len(low), np.asarray(low, np.float32), np.asarray(high, np.float32), 0.01, 1000,
+        reward_range=(0.0, 1.0),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return spec, make_algorithm(OmegaConf.create({"name": name, **SMALL[name]}), spec, "cpu")
+
+
+def test_sampled_actions_are_the_training_tanh_gaussian_around_the_mean_action_in_env_units():
+    """FastSAC samples tanh(mean + std * N(0, 1)): over 4000 rows seeing one observation, atanh of the actions
+    (mapped back from env units) has the actor's mean and std per dimension; the mean policy gives tanh(mean)."""
+    low, high = [-2.0, 0.0, -0.5], [2.0, 1.0, 1.5]
+    spec, algo = small_algorithm("fastsac", 4096, low, high)
+    with torch.no_grad():
+        algo.actor.mean_head.weight.normal_(std=0.3)
+        algo.actor.log_std_head.bias.fill_(0.5)  # std near 0.4-0.6: a spread well above the sampling error
+    obs = np.tile(np.array([[0.3, -1.2, 0.8, 2.0, -0.4]], np.float32), (4000, 1))
+    rows = replace(spec, num_envs=4000)  # fewer rows than built: padded and dropped again
+    cpu = torch.device("cpu")
+    with torch.no_grad():
+        mean, log_std = algo.actor.dist(algo.actor.normalize(torch.from_numpy(obs[:1])))
+    mean, std = mean[0].numpy(), log_std[0].exp().numpy()
+    mid, half = (np.asarray(high) + np.asarray(low)) / 2, (np.asarray(high) - np.asarray(low)) / 2
+    sampled = SampledPolicy(algo, rows, cpu)({"actor": obs})
+    assert sampled.shape == (4000, 3) and (sampled >= low).all() and (sampled <= high).all()
+    z = np.arctanh(np.clip((sampled - mid) / half, -1 + 1e-6, 1 - 1e-6))
+    np.testing.assert_allclose(z.mean(0), mean, atol=float(5 * std.max() / np.sqrt(4000)))
+    np.testing.assert_allclose(z.std(0), std, rtol=0.06)
+    deterministic = MeanPolicy(algo, rows, cpu)({"actor": obs})
+    np.testing.assert_allclose(deterministic, np.tile(mid + half * np.tanh(mean), (4000, 1)), rtol=1e-5, atol=1e-6)
+
+
+def test_sampled_policy_pads_to_the_built_rows_restarts_the_noise_once_and_keeps_row_order():
+    """FlashSAC's held noise is sized for the rows it was built with (its `explore` refuses any other count): the
+    policy pads 3 rows to 8 with zeros, asks for a noise restart on the first call only and returns rows 0-2."""
+    spec, algo = small_algorithm("flashsac", 8, [-1.0, -3.0], [1.0, 3.0])
+    calls = []
+    explore = algo.explore
+
+    def spy(obs, reset_mask):
+        out = explore(obs, reset_mask)
+        calls.append((obs["actor"].clone(), reset_mask.clone(), out.clone()))
+        return out
+
+    algo.explore = spy
+    obs = np.arange(15, dtype=np.float32).reshape(3, 5) / 10
+    policy = SampledPolicy(algo, replace(spec, num_envs=3), torch.device("cpu"))
+    first, second = policy({"actor": obs}), policy({"actor": obs})
+    assert first.shape == second.shape == (3, 2)
+    sent, reset, out = calls[0]
+    assert sent.shape == (8, 5) and torch.equal(sent[:3], torch.from_numpy(obs)) and not sent[3:].any()
+    assert reset.all() and not calls[1][1].any()  # a fresh episode for every row, then the noise is held
+    np.testing.assert_allclose(first, out[:3].numpy() * np.array([1.0, 3.0]), rtol=1e-6)
+    with pytest.raises(ValueError, match="9 rows to act for; sampling acts for at most 8"):
+        SampledPolicy(algo, replace(spec, num_envs=9), torch.device("cpu"))
+
+
+def test_evaluate_with_action_sample_draws_other_actions_than_the_mean_and_refuses_what_it_cannot_do(tmp_path):
+    from offpolicy.config import ConfigError
+    from offpolicy.eval import evaluate
+
+    path = task_checkpoint(tmp_path / "hopper.pt", acting=True)
+    mean = evaluate(eval_cfg(path, episodes=4, max_episode_steps=40), tmp_path / "mean")
+    sampled = evaluate(eval_cfg(path, episodes=4, max_episode_steps=40, action="sample"), tmp_path / "s1")
+    again = evaluate(eval_cfg(path, episodes=4, max_episode_steps=40, action="sample"), tmp_path / "s2")
+    saved = json.loads((tmp_path / "s1" / "eval.json").read_text())
+    assert saved["action"] == "sample" and mean["action"] == "mean" and saved["returns"] == sampled["returns"]
+    assert sampled["returns"] != mean["returns"]  # the same resets, other actions
+    assert again["returns"] == sampled["returns"]  # torch seeded with `seed`: a sampled evaluation repeats
+    refusals = {
+        "episodes=5: action=sample acts for at most the 4 training rows": {"episodes": 5},
+        "action=sample: reference=gymnasium re-scores the mean action only; valid with it: mean": {
+            "reference": "gymnasium"
+        },
+    }
+    for line, over in refusals.items():
+        with pytest.raises(ConfigError) as err:
+            evaluate(eval_cfg(path, action="sample", **over), tmp_path / "refused")
+        assert str(err.value) == line
+    assert not (tmp_path / "refused" / "eval.json").exists()
 
 
 def test_evaluation_builds_the_policy_eagerly_unless_asked_to_compile():
