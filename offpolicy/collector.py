@@ -284,7 +284,9 @@ class PhaseRecorder:
 
 class WindowRecorder:
     """Records a window of ticks for a same-trajectory replay: the env's state before the first tick, then
-    every action, every reset (rows and states, automatic or requested) and every observation published.
+    every action, every reset (rows and states, automatic or requested), every observation published and
+    every tick's phase durations (the `collector/phases` row the metric rows take their medians of), so the
+    window's mean tick can be split into its phases tick by tick.
 
     Needs an env with `snapshot()` and a `reset_log` (MujocoNpEnv). Saved as one .npz at the window's end.
     """
@@ -296,6 +298,7 @@ class WindowRecorder:
         self.obs: list[np.ndarray] = []
         self.resets: list[tuple[int, np.ndarray, np.ndarray]] = []
         self.forced: list[tuple[int, np.ndarray]] = []
+        self.phases: list[np.ndarray] = []
         self.snapshot: dict[str, Any] | None = None
         self.t0 = self.t1 = 0
         self.start = window.start_tick if window.start_s is None else None
@@ -336,6 +339,11 @@ class WindowRecorder:
             if tick == self.start:
                 self.t0 = self.t1
 
+    def phases_recorded(self, tick: int, row: np.ndarray) -> None:
+        """The tick's `collector/phases` row (ns, `PHASE_NAMES` order), once `PhaseRecorder.record` wrote it."""
+        if self._in_window(tick):
+            self.phases.append(np.array(row, copy=True))
+
     def done(self, tick: int) -> bool:
         return self.start is not None and tick + 1 >= self.start + self.window.ticks
 
@@ -359,6 +367,8 @@ class WindowRecorder:
             forced_ticks=np.array([t for t, _ in self.forced], dtype=np.int64),
             forced_rows=np.stack([r for _, r in self.forced]) if self.forced else np.zeros((0, 0), np.int64),
             in_run_seconds=(self.t1 - self.t0) / 1e9,
+            phases_ns=np.stack(self.phases[:n]) if self.phases else np.zeros((0, len(PHASE_NAMES)), np.int64),
+            phase_names=np.array(PHASE_NAMES),
             **{f"snapshot/{k}": v for k, v in self.snapshot.items() if k != "rng"},
             snapshot_rng=np.frombuffer(repr(self.snapshot["rng"]).encode(), dtype=np.uint8),
         )
@@ -468,6 +478,8 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
             tick, t_action, t_stepped, getattr(env, "last_step_timing", None), eval_span, t_published, t_acquired,
             t_written,
         )  # fmt: skip
+        if recorder is not None:
+            recorder.phases_recorded(tick, phases.ring[tick % PHASE_RING])
         if recorder is not None and recorder.done(tick):
             recorder.save()
             recorder = None

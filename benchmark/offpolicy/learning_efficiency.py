@@ -4,7 +4,10 @@ For every run folder under the runs dir (`<task>_<algo>_seed<k>/`, as `learning_
 
 - from `replay.json`: the run's own rate over the recorded window, bare physics replaying exactly that
   window (and NpEnv replaying it), `ratio_to_replayed_bare`, and whether the replay reproduced the run
-  exactly (observations bit for bit and the same final physics state);
+  exactly (observations bit for bit and the same final physics state); and, for runs whose collector kept
+  its per-tick phase rows in the record, the means of those phases over the window's own ticks
+  (`window_<phase>_ms_mean`, with `window_cycle_ms_median`): the window's mean tick split by phase, which
+  the metric rows' medians below cannot show when a few ticks are slow;
 - from `metrics.csv`: the medians, over the metric rows that cover the window, of the learner's busy
   fraction, updates/s, the inference tick and the collector's per-tick phases. A row is logged at tick
   `env_steps / num_envs` and covers the ticks since the previous row: the rows whose tick range overlaps
@@ -83,6 +86,10 @@ REPLAY_FIELDS = (
     "replayed_np_env_env_steps_per_s",
     "ratio_to_replayed_bare",
 )
+WINDOW_PHASES = ("cycle", "wait", "physics", "task", "publish", "ingress_wait", "ingress_write")
+"""collector phases whose mean over the window's own ticks a row holds (`window_<phase>_ms_mean`), from replay.json's
+`in_run_phase_ms` (runs whose collector kept its phase rows in the record; older runs get None): the window's mean
+tick split by phase, beside the metric rows' medians"""
 COLUMNS = (
     "task",
     "algo",
@@ -103,6 +110,8 @@ COLUMNS = (
     "window_ticks",
     "window_source",
     "window_rows",
+    *(f"window_{phase}_ms_mean" for phase in WINDOW_PHASES),
+    "window_cycle_ms_median",
 )
 """the fields of a row, in the order of the CSV"""
 
@@ -202,6 +211,10 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
             row["ratio_to_replayed_bare"] = replay["env_steps_per_s"] / replay["replayed_bare_env_steps_per_s"]
         row["replay_exact"] = bool(replay.get("replay_obs_max_abs_diff") == 0 and replay.get("replay_states_agree"))
         start, ticks, source = float(replay["window_start_tick"]), float(replay["window_ticks"]), "replay.json"
+        phases = replay.get("in_run_phase_ms") or {}
+        for phase in WINDOW_PHASES:
+            row[f"window_{phase}_ms_mean"] = phases.get(phase, {}).get("mean")
+        row["window_cycle_ms_median"] = phases.get("cycle", {}).get("median")
     else:
         row.update({k: None for k in REPLAY_FIELDS}, replay_exact=None)
         start, ticks, source = _config_window(cfg, run, num_envs)

@@ -53,6 +53,47 @@ def load_record(path: str | Path) -> dict[str, Any]:
     return out
 
 
+def window_phases(rec: dict[str, Any]) -> dict[str, Any]:
+    """The run's own ticks inside the window, phase by phase (`offpolicy.slots.PHASE_NAMES`, ms).
+
+    The window's clock spans the cycles of its ticks 1..n-1 (each from the previous publish to this one), so
+    the mean `cycle` here is the window's mean tick, while the metric rows around it report medians: a few
+    slow ticks (a long wait for the action, a slow pool step) move the one and not the other. `slowest` lists
+    the ten ticks with the longest cycles, each with the phase (of those a cycle is made of: not `cycle` or
+    `critical`) that grew the most over its own median. Empty for a record made before the collector kept its phase rows.
+    """
+    if "phases_ns" not in rec or len(rec["phases_ns"]) < 2:
+        return {}
+    names = [str(n) for n in rec["phase_names"]]
+    ms = rec["phases_ns"][1:].astype(np.float64) / 1e6
+    median = np.median(ms, axis=0)
+    cycle = ms[:, names.index("cycle")]
+    excess = ms - median
+    composite = np.isin(names, ("cycle", "critical"))  # sums of the others: never the phase that grew
+    order = np.argsort(cycle)[::-1][:10]
+    slowest = [
+        {
+            "tick": int(rec["start_tick"]) + 1 + int(i),
+            "cycle_ms": float(cycle[i]),
+            "grew_most": names[int(np.argmax(np.where(composite, -np.inf, excess[i])))],
+        }
+        for i in order
+    ]
+    return {
+        "in_run_phase_ms": {
+            name: {
+                "mean": float(ms[:, j].mean()),
+                "median": float(median[j]),
+                "p99": float(np.percentile(ms[:, j], 99)),
+                "max": float(ms[:, j].max()),
+            }
+            for j, name in enumerate(names)
+        },
+        "in_run_cycle_mean_over_median": float(cycle.mean() / np.median(cycle)),
+        "in_run_slowest_ticks": slowest,
+    }
+
+
 def _resets_by_tick(rec: dict[str, Any]) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
     """Tick (window-relative) -> [(rows, states)] in the order the collector applied them."""
     out: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -194,6 +235,7 @@ def replay_run(
         "replay_obs_max_abs_diff": worst,
         "replay_states_agree": bool(np.array_equal(bare_state, np_state)),
         "replay_cpus": cpus,
+        **window_phases(rec),
         **(
             {"replayed_bare_busy_cpus_env_steps_per_s": train_rows * ticks / busy_s, "busy_cpus": list(busy_cpus)}
             if busy_cpus

@@ -130,6 +130,21 @@ def test_medians_over_the_window_rows_only(tmp_path):
     assert row["inference_tick_mode"] == "eager"  # a summary without `tick_graph` predates the graph tick
 
 
+def test_window_phase_means_come_from_the_replay_and_are_none_for_older_records(tmp_path):
+    from benchmark.offpolicy.learning_efficiency import WINDOW_PHASES
+
+    new = make_run(tmp_path, "hopper_flashsac_seed0")
+    make_run(tmp_path, "hopper_flashsac_seed1", seed=1)  # a replay.json made before the phase rows were kept
+    replay = json.loads((new / "replay.json").read_text())
+    means = {phase: 1.5 + i for i, phase in enumerate(WINDOW_PHASES)}
+    replay["in_run_phase_ms"] = {p: {"mean": m, "median": m / 2, "p99": m * 2, "max": m * 3} for p, m in means.items()}
+    (new / "replay.json").write_text(json.dumps(replay))
+    new_row, old_row = efficiency_rows(tmp_path)
+    for phase, mean in means.items():
+        assert new_row[f"window_{phase}_ms_mean"] == mean and old_row[f"window_{phase}_ms_mean"] is None
+    assert new_row["window_cycle_ms_median"] == means["cycle"] / 2 and old_row["window_cycle_ms_median"] is None
+
+
 def test_the_tick_mode_comes_from_the_summary(tmp_path):
     from benchmark.offpolicy.learning_efficiency import markdown_table
 

@@ -56,6 +56,30 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
     assert result["replay_states_agree"]  # and the bare pool ends in the same physics state
     assert result["env_steps_per_s"] > 0 and result["replayed_bare_env_steps_per_s"] > 0
 
+    # The collector's phase row of every window tick, aligned to its tick: a tick's cycle (publish to publish)
+    # is the previous tick's ingress plus this tick's wait for the action and its critical path, to the ns.
+    names = [str(n) for n in rec["phase_names"]]
+    ph = {n: rec["phases_ns"][:, j] for j, n in enumerate(names)}
+    assert rec["phases_ns"].shape == (50, len(names)) and (ph["physics"] > 0).all()
+    ingress = ph["ingress_wait"] + ph["ingress_write"]
+    np.testing.assert_array_equal(ph["cycle"][1:], ingress[:-1] + ph["wait"][1:] + ph["critical"][1:])
+    # the window's clock spans the cycles of ticks 1..49 (each clock read a few us from its publish)
+    assert abs(ph["cycle"][1:].sum() / 1e9 - float(rec["in_run_seconds"])) < 2e-3
+    cycle_ms = ph["cycle"][1:] / 1e6
+    phases = result["in_run_phase_ms"]
+    assert phases["cycle"]["mean"] == pytest.approx(cycle_ms.mean())
+    assert phases["cycle"]["median"] == pytest.approx(np.median(cycle_ms))
+    assert phases["cycle"]["max"] == pytest.approx(cycle_ms.max())
+    assert phases["wait"]["mean"] == pytest.approx(ph["wait"][1:].mean() / 1e6)
+    slowest = result["in_run_slowest_ticks"]
+    assert slowest[0]["cycle_ms"] == pytest.approx(cycle_ms.max())
+    assert slowest[0]["tick"] == 30 + 1 + int(np.argmax(cycle_ms))
+    i = int(np.argmax(cycle_ms)) + 1
+    leaf = [n for n in names if n not in ("cycle", "critical")]
+    grew = {n: ph[n][i] / 1e6 - phases[n]["median"] for n in leaf}
+    assert slowest[0]["grew_most"] == max(grew, key=grew.get)
+    assert [s["cycle_ms"] for s in slowest] == sorted((s["cycle_ms"] for s in slowest), reverse=True)
+
     serial = collector_serial(load_intervals(tmp_path / "timeline.json", "collector"))
     assert serial is not None and serial["ticks"] >= 90
     assert 0.0 < serial["outside_physics_fraction"] < 1.0
