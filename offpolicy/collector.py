@@ -480,9 +480,9 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
         )  # fmt: skip
         if recorder is not None:
             recorder.phases_recorded(tick, phases.ring[tick % PHASE_RING])
-        if recorder is not None and recorder.done(tick):
-            recorder.save()
-            recorder = None
+            if recorder.done(tick):
+                recorder.save()
+                recorder = None
     if recorder is not None:
         recorder.save()
     # Leave only once the learner released every transition: none is in flight at exit.

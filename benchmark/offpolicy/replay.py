@@ -67,7 +67,8 @@ def window_phases(rec: dict[str, Any]) -> dict[str, Any]:
     names = [str(n) for n in rec["phase_names"]]
     ms = rec["phases_ns"][1:].astype(np.float64) / 1e6
     median = np.median(ms, axis=0)
-    cycle = ms[:, names.index("cycle")]
+    c = names.index("cycle")
+    cycle = ms[:, c]
     excess = ms - median
     composite = np.isin(names, ("cycle", "critical"))  # sums of the others: never the phase that grew
     order = np.argsort(cycle)[::-1][:10]
@@ -89,7 +90,7 @@ def window_phases(rec: dict[str, Any]) -> dict[str, Any]:
             }
             for j, name in enumerate(names)
         },
-        "in_run_cycle_mean_over_median": float(cycle.mean() / np.median(cycle)),
+        "in_run_cycle_mean_over_median": float(cycle.mean() / median[c]),
         "in_run_slowest_ticks": slowest,
     }
 
