@@ -55,6 +55,8 @@ LATEST = "latest.pt"
 COUNTER_KEYS = ("env_steps", "ticks", "updates", "policy_version")
 POLICY_KEYS = ("actor", "counters")
 """what acting needs of `algorithm.state_dict()`: the actor with its normaliser, and the policy version"""
+OPTIONAL_POLICY_KEYS = ("actor_ema",)
+"""kept in a policy file when the run had them: the averaged actor of `algo.policy_ema`"""
 
 
 class CheckpointError(Exception):
@@ -308,7 +310,8 @@ def policy_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") -> 
     if missing:
         raise CheckpointError(f"checkpoint {path} has no policy to export: its algorithm state lacks {missing}")
     policy = {k: v for k, v in ckpt.items() if k not in ("algorithm", "rng")}
-    return {**policy, "algorithm": {k: state[k] for k in POLICY_KEYS}, "policy_only": True}
+    keys = POLICY_KEYS + tuple(k for k in OPTIONAL_POLICY_KEYS if k in state)
+    return {**policy, "algorithm": {k: state[k] for k in keys}, "policy_only": True}
 
 
 def export_policy(src: str | Path, dst: str | Path) -> Path:

@@ -463,6 +463,8 @@ class EvaluateConfig:
     `check_reference`)"""
     action: Literal["mean", "sample"] = "mean"
     """mean: the actor's mean action (what reported returns use); sample: actions drawn as in training"""
+    actor: Literal["auto", "raw", "averaged"] = "auto"
+    """which weights act: auto (the averaged actor when the run had algo.policy_ema on), raw, or averaged"""
     max_episode_steps: PositiveInt | None = None
     """time limit of the evaluated episodes (null: the task's own)"""
     env_options: dict[str, Any] = field(default_factory=dict)

@@ -297,6 +297,22 @@ def score_in_dm_control(spec: Any, algorithm: Any, device: Any, episodes: int, s
 # --------------------------------------------------------------------------- the whole evaluation
 
 
+def eval_actor_config(algo_cfg: dict[str, Any], actor: str, ckpt: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The algorithm config acting with the weights `actor` names: `raw` the actor itself, `averaged` the
+    averaged actor of `algo.policy_ema` (refused when the checkpoint has none), `auto` as the run evaluated."""
+    from offpolicy.checkpoint import CheckpointError
+
+    if actor == "raw":
+        return {**algo_cfg, "policy_ema": False}
+    if actor == "averaged":
+        if "actor_ema" not in ckpt["algorithm"]:
+            raise CheckpointError(
+                f"checkpoint {path} holds no averaged actor (its run had algo.policy_ema off); valid: actor=auto, actor=raw"
+            )
+        return {**algo_cfg, "policy_ema": True}
+    return algo_cfg
+
+
 def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Load the checkpoint, run the episodes, write eval.json (and the MP4); returns what eval.json holds.
 
@@ -328,6 +344,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} has no algo config, so its networks cannot be rebuilt")
     compile_policy = bool(cfg.get("compile", False))
     algo_cfg = eval_algo_config(algo_cfg, compile_policy)
+    algo_cfg = eval_actor_config(algo_cfg, str(cfg.get("actor") or "auto"), ckpt, path)
     gl_problem = None
     if cfg.video:
         backend, problem = choose_gl_backend(device.type == "cuda")  # before anything imports mujoco
@@ -381,6 +398,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "checkpoint_policy_version": int(ckpt["counters"]["policy_version"]),
         "episodes": episodes,
         "action": action,
+        "actor": "averaged" if algorithm.policy_ema and action == "mean" else "raw",  # sampling explores: raw
         "return_mean": stats["mean"],
         "return_median": stats["median"],
         "return_min": stats["min"],

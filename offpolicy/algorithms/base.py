@@ -449,6 +449,13 @@ class OffPolicyAlgorithm:
         self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
         """non-finite updates in a row up to now (0 after any valid update): a device tensor the learner
         reads without blocking; such updates changed nothing (`train/nonfinite_updates` counts them per phase)"""
+        self.policy_ema = bool(cfg.policy_ema)
+        self.policy_ema_tau = float(cfg.policy_ema_tau)
+        if not 0.0 < self.policy_ema_tau <= 1.0:
+            raise ValueError(f"algo.policy_ema_tau must be in (0, 1], got {self.policy_ema_tau}")
+        self._averaged: nn.Module | None = None
+        """exponential moving average of the actor (`averaged_actor`), made on first use"""
+        self._averaged_pairs: tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]] = ([], [], [], [])
         self._captured: dict[tuple, CapturedCall] = {}
         self._snapshot: nn.Module | None = None
         """frozen copy of the actor for snapshot evaluation (`snapshot_actor`)"""
@@ -466,23 +473,55 @@ class OffPolicyAlgorithm:
         return self._explore_flat(obs_actor, reset_mask)
 
     def act(self, obs: dict[str, Tensor]) -> Tensor:
-        """Deterministic (mean) actions in [-1, 1] for evaluation, no grad."""
+        """Deterministic (mean) actions in [-1, 1] for evaluation, no grad, by `eval_actor`."""
         obs_actor = obs[self.actor_key].to(self.device, non_blocking=True)
         if self.use_cuda_graphs:
             key = ("act", tuple(obs_actor.shape))
             return self._captured_call(key, self._act_flat)(obs_actor)
         return self._act_flat(obs_actor)
 
+    @property
+    def eval_actor(self) -> nn.Module:
+        """The actor evaluation acts with: the averaged actor when `policy_ema` is on, else the actor itself.
+
+        Exploration and training always use `actor`; `act`, `snapshot_actor` (snapshot and final
+        evaluation), checkpoints' policy files and `offpolicy.eval` use this one.
+        """
+        return self.averaged_actor() if self.policy_ema else self.actor
+
+    def averaged_actor(self) -> nn.Module:
+        """The exponential moving average of the actor's parameters and float buffers (normaliser and
+        BatchNorm statistics), advanced at the end of every update phase (`policy_ema_tau` per update).
+
+        Made on first use as a copy of the actor; its tensors are updated in place, so captured graphs
+        keep pointing at them.
+        """
+        if self._averaged is None:
+            self._averaged = copy.deepcopy(self.actor)
+            self._averaged.requires_grad_(False)
+            live = self.actor.state_dict(keep_vars=True)
+            avg = self._averaged.state_dict(keep_vars=True)
+            floats = [k for k, t in live.items() if t.is_floating_point()]
+            others = [k for k in live if k not in floats]
+            self._averaged_pairs = (
+                [avg[k].detach() for k in floats],
+                [live[k].detach() for k in floats],
+                [avg[k].detach() for k in others],
+                [live[k].detach() for k in others],
+            )
+        return self._averaged
+
     def snapshot_actor(self) -> None:
-        """Freeze a copy of the actor as it is now (parameters and buffers: normalisers, BatchNorm statistics).
+        """Freeze a copy of `eval_actor` as it is now (parameters and buffers: normalisers, BatchNorm statistics).
 
         The copy is made once and refreshed in place (one device copy on the learner's stream, ordered
         after the last update phase), so a captured `act_snapshot` graph keeps pointing at it.
         """
         if self._snapshot is None:
-            self._snapshot = copy.deepcopy(self.actor)
+            source = self.eval_actor
+            self._snapshot = copy.deepcopy(source)
             self._snapshot.requires_grad_(False)
-            live = list(self.actor.state_dict(keep_vars=True).values())
+            live = list(source.state_dict(keep_vars=True).values())
             frozen_ = list(self._snapshot.state_dict(keep_vars=True).values())
             self._snapshot_pairs = ([t.detach() for t in frozen_], [t.detach() for t in live])
             return
@@ -516,11 +555,13 @@ class OffPolicyAlgorithm:
         if num_updates <= 0:
             return {}
         schedule = self._schedule(num_updates)
+        if self.policy_ema:
+            self.averaged_actor()  # made before any capture, so the phase's graph records its tensors
         if self.use_cuda_graphs:
             key = ("phase", id(replay), schedule)
-            metrics = self._captured_call(key, lambda: self._phase(replay, schedule))()
+            metrics = self._captured_call(key, lambda: self._phase_and_average(replay, schedule))()
         else:
-            metrics = self._phase(replay, schedule)
+            metrics = self._phase_and_average(replay, schedule)
         self.total_updates += num_updates
         if self._changes_policy(schedule):
             self.policy_version += 1
@@ -530,8 +571,11 @@ class OffPolicyAlgorithm:
         """Called once per ingested vector step, in env order (running reward statistics); default no-op."""
 
     def state_dict(self) -> dict:
-        """All networks, targets, optimizers, scalers, normalisers, temperature and counters (no RNG state)."""
+        """All networks, targets, optimizers, scalers, normalisers, temperature, the averaged actor when
+        `policy_ema` is on (`actor_ema`) and counters (no RNG state)."""
         state = self._state()
+        if self.policy_ema:
+            state["actor_ema"] = self.averaged_actor().state_dict()
         state["counters"] = {"policy_version": self.policy_version, "total_updates": self.total_updates}
         return state
 
@@ -540,17 +584,28 @@ class OffPolicyAlgorithm:
         self._captured.clear()
         self._snapshot, self._snapshot_pairs = None, ([], [])
         self._load_state(state)
+        self._load_averaged(state)
         self.policy_version = int(state["counters"]["policy_version"])
         self.total_updates = int(state["counters"]["total_updates"])
 
     def load_policy_state_dict(self, state: dict) -> None:
-        """Load only what acting needs (`checkpoint.POLICY_KEYS`: the actor and the counters), e.g. from a
-        policy file; critics, targets and optimizers keep their fresh values, so this is for evaluation only."""
+        """Load only what acting needs (`checkpoint.POLICY_KEYS`: the actor, the averaged actor if kept, and the
+        counters), e.g. from a policy file; critics, targets and optimizers keep their fresh values, so this is
+        for evaluation only."""
         self._captured.clear()
         self._snapshot, self._snapshot_pairs = None, ([], [])
         self.actor.load_state_dict(state["actor"])
+        self._load_averaged(state)
         self.policy_version = int(state["counters"]["policy_version"])
         self.total_updates = int(state["counters"]["total_updates"])
+
+    def _load_averaged(self, state: dict) -> None:
+        """The averaged actor from `state["actor_ema"]`; a state without one (made with `policy_ema` off)
+        starts the average at the loaded actor."""
+        if "actor_ema" in state and state["actor_ema"] is not None:
+            self.averaged_actor().load_state_dict(state["actor_ema"])
+        elif self._averaged is not None or self.policy_ema:
+            self.averaged_actor().load_state_dict(self.actor.state_dict())
 
     # ------------------------------------------------------------------ helpers for subclasses
 
@@ -596,20 +651,46 @@ class OffPolicyAlgorithm:
 
     @torch.no_grad()
     def _act_flat(self, obs_actor: Tensor) -> Tensor:
-        return self._act(obs_actor)
+        return self._act_with(self.eval_actor, obs_actor)
 
     @torch.no_grad()
     def _act_snapshot_flat(self, obs_actor: Tensor) -> Tensor:
-        # `_act` reads `self.actor`: point it at the frozen copy for this call. Only Python sees the swap;
+        return self._act_with(self._snapshot, obs_actor)
+
+    def _act_with(self, module: nn.Module, obs_actor: Tensor) -> Tensor:
+        # `_act` reads `self.actor`: point it at `module` for this call. Only Python sees the swap;
         # a compiled `_act` specialises on the module (a second compiled entry), a captured graph
-        # records the copy's tensors.
-        live, self.actor = self.actor, self._snapshot
+        # records that module's tensors.
+        if module is self.actor:
+            return self._act(obs_actor)
+        live, self.actor = self.actor, module
         try:
             return self._act(obs_actor)
         finally:
             self.actor = live
 
+    def _phase_and_average(self, replay, schedule: tuple[bool, ...]) -> dict[str, Tensor]:
+        """`_phase`, then the averaged actor's step for its updates (inside the same captured graph)."""
+        metrics = self._phase(replay, schedule)
+        if self.policy_ema:
+            self._average_step(len(schedule))
+        return metrics
+
+    @torch.no_grad()
+    def _average_step(self, num_updates: int) -> None:
+        """avg <- avg + w (actor - avg) with w = 1 - (1 - tau)^n for n updates: n per-update EMA steps of an
+        actor that changed only at the end; integer buffers (BatchNorm's batch count) are copied."""
+        avg_f, live_f, avg_o, live_o = self._averaged_pairs
+        weight = 1.0 - (1.0 - self.policy_ema_tau) ** num_updates
+        torch._foreach_lerp_(avg_f, live_f, weight)
+        if avg_o:
+            torch._foreach_copy_(avg_o, live_o)
+        self._project_averaged(self._averaged)
+
     # ------------------------------------------------------------------ subclass hooks
+
+    def _project_averaged(self, averaged: nn.Module) -> None:
+        """Bring the averaged actor back onto the constraints the actor's weights keep (default: none)."""
 
     def _schedule(self, num_updates: int) -> tuple[bool, ...]:
         """For each of the next `num_updates` updates: does the actor update too?"""

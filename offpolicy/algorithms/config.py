@@ -31,6 +31,12 @@ class AlgoConfig:
     """autocast dtype on CUDA: `bf16`, `fp16` (with a loss scaler) or `none`; always off on CPU"""
     graph_warmup_calls: int = 2
     """eager calls per shape before a CUDA graph is captured (they do real work, on a side stream)"""
+    policy_ema: bool = False
+    """evaluate, checkpoint and export an exponential moving average of the actor's weights (the raw actor still
+    explores and trains); docs/decisions.md, "Averaged policy"
+    """
+    policy_ema_tau: float = 1e-4
+    """weight of the actor in the average per gradient update: avg <- avg + tau * (actor - avg)"""
 
 
 @dataclass

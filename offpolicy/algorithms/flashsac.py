@@ -335,6 +335,11 @@ class FlashSAC(OffPolicyAlgorithm):
 
     # ------------------------------------------------------------------ inference
 
+    def _project_averaged(self, averaged: nn.Module) -> None:
+        # every optimizer step puts the actor's rows and norm scales back on their spheres; an average of
+        # points on a sphere lies inside it, so the averaged actor is projected the same way
+        renormalize_modules(averaged)
+
     def _explore_impl(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
         mean, log_std = self.actor.dist(obs_actor, training=False)
         noise = self.noise_hold(reset_mask)

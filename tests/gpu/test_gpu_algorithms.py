@@ -373,3 +373,29 @@ def test_flashsac_reward_statistics_in_a_graph_match_eager():
         got = production.reward_scaler.state_dict()[name]
         torch.testing.assert_close(got, value, rtol=1e-6, atol=1e-6, msg=name)
     assert float(eager.reward_scaler.count) == 11 * NUM_ENVS  # the NaN step was left out by both
+
+
+@pytest.mark.parametrize("name", ["fastsac", "flashsac"])
+def test_the_averaged_actor_advances_inside_the_captured_update_phase(name):
+    """`algo.policy_ema` on the production path: the average after each phase, graph replays included, equals
+    the hand-computed lerp toward the actor of that phase (FlashSAC's then projected like its actor)."""
+    from offpolicy.algorithms.networks import renormalize_modules
+
+    tau, k = 0.05, 4
+    cfg = {"name": name, **SIZES[name], "amp": "none", "compile": True, "cuda_graphs": True}
+    algo = make_algorithm(OmegaConf.create({**cfg, "policy_ema": True, "policy_ema_tau": tau}), _spec(), "cuda")
+    replay = FixedReplay(random_batch(_spec(), 8 * 256, seed=1).to("cuda"))
+    expected = copy.deepcopy(algo.averaged_actor())
+    weight = 1.0 - (1.0 - tau) ** k
+    for _ in range(PHASES):
+        algo.update_phase(replay, k)
+        with torch.no_grad():
+            for want, live in zip(expected.state_dict().values(), algo.actor.state_dict().values()):
+                want.lerp_(live, weight)
+            if name == "flashsac":
+                renormalize_modules(expected)
+    assert any(call.graph is not None for key, call in algo._captured.items() if key[0] == "phase")
+    for (key, got), want in zip(algo.averaged_actor().state_dict().items(), expected.state_dict().values()):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=key)
+    lag = [(a - b).abs().max() for a, b in zip(expected.parameters(), algo.actor.parameters())]
+    assert max(lag) > 1e-4, "the average must lag the actor, or the test shows nothing"
