@@ -34,7 +34,7 @@ written and one line says what to install. Software rendering costs ~0.1 s per
 
 Exit statuses: 0 done; 1 Hydra could not compose the config; 2 invalid config
 (one line naming the key, its value and what is allowed: offpolicy.config); 5 the
-checkpoint is missing, unreadable, unsafe or made for another env; 6 the video
+checkpoint is missing, unreadable, corrupt, unsafe or made for another env; 6 the video
 could not be rendered or written (eval.json is still written).
 """
 
