@@ -5,7 +5,14 @@ values (dicts, lists, str, int, float, bool, None), so it loads with
 `torch.load(..., weights_only=True)`: opening a checkpoint never runs code from
 it, and a file someone else shared is as safe to open as one of ours.
 
-What it holds:
+The file is sealed: it holds `format`, `format_version`, `sha256` and `payload`,
+the checkpoint itself serialized by `torch.save` as a byte tensor, and `sha256`
+is the SHA-256 of those bytes. A file whose bytes changed after it was written
+(a bad disk, a torn copy) is refused in one line instead of loading weights with
+flipped bits. Files of format version 1, written before the seal, still load,
+with a warning that their contents are not verified.
+
+What the payload holds:
 
     format, format_version   "offpolicy-checkpoint", FORMAT_VERSION
     algo, env, num_envs      algorithm and env names, training rows (eval rows excluded)
@@ -38,6 +45,9 @@ the previous file or the new one, never a torn file under the final name.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import logging
 import os
 import pickle
 import re
@@ -49,14 +59,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 FORMAT = "offpolicy-checkpoint"
-FORMAT_VERSION = 1
-"""bumped whenever the layout changes in a way older readers cannot follow"""
+FORMAT_VERSION = 2
+"""bumped whenever the layout changes in a way older readers cannot follow (2: the payload sealed with its SHA-256)"""
+UNSEALED_VERSION = 1
+"""the last format version written without a checksum: loaded unverified, with a warning"""
 LATEST = "latest.pt"
 COUNTER_KEYS = ("env_steps", "ticks", "updates", "policy_version")
 POLICY_KEYS = ("actor", "counters")
 """what acting needs of `algorithm.state_dict()`: the actor with its normaliser, and the policy version"""
 OPTIONAL_POLICY_KEYS = ("actor_ema",)
 """kept in a policy file when the run had them: the averaged actor of `algo.policy_ema`"""
+
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(Exception):
@@ -221,9 +236,22 @@ def link_latest(target: Path, latest: Path) -> None:
     _fsync_dir(latest.parent)
 
 
+def seal(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint file holds: `checkpoint` serialized by `torch.save` as a byte tensor, with its SHA-256."""
+    buffer = io.BytesIO()
+    torch.save({**checkpoint, "format_version": FORMAT_VERSION}, buffer)
+    payload = buffer.getbuffer()
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "payload": torch.frombuffer(payload, dtype=torch.uint8),
+    }
+
+
 def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> Path:
-    """Write a dict made by `build_checkpoint` atomically to `path`."""
-    return atomic_save(checkpoint, path)
+    """Write a dict made by `build_checkpoint`, sealed with its checksum, atomically to `path`."""
+    return atomic_save(seal(checkpoint), path)
 
 
 # --------------------------------------------------------------------------- read
@@ -236,13 +264,14 @@ def _one_line(text: str, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and check the structure of a checkpoint; never executes code from the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+def _unreadable(path: str | Path, why: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {path} is unreadable (truncated or not a checkpoint): {why}")
+
+
+def _torch_load(source: Any, path: Path, map_location: str | torch.device) -> Any:
+    """`torch.load(source, weights_only=True)` with every failure turned into a one-line `CheckpointError`."""
     try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         found = re.search(r"unsupported GLOBAL\s+([\w.]+)|Unsupported global:\s*GLOBAL\s+([\w.]+)", text, re.I)
@@ -252,30 +281,76 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
                 "and loading it could execute code (only tensors and plain values are accepted)"
             ) from None
         reason = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", text, re.S)
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable (truncated or not a checkpoint): "
-            f"{_one_line(reason.group(1) if reason else text)}"
-        ) from None
+        raise _unreadable(path, _one_line(reason.group(1) if reason else text)) from None
     except Exception as exc:  # noqa: BLE001 - zip/EOF/format errors of every kind mean the same thing here
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable (truncated or not a checkpoint): {_one_line(f'{type(exc).__name__}: {exc}')}"
-        ) from None
+        raise _unreadable(path, _one_line(f"{type(exc).__name__}: {exc}")) from None
+
+
+def _check_format(data: Any, path: Path) -> int:
+    """The format version of a loaded file (or payload); refuses anything else and newer versions."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable (truncated or not a checkpoint): it is not an {FORMAT} file"
-        )
+        raise _unreadable(path, f"it is not an {FORMAT} file")
     version = data.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {path} has format version {version}; this code reads versions up to {FORMAT_VERSION}"
+        )
+    return version
+
+
+def _unseal(sealed: dict[str, Any], path: Path, map_location: str | torch.device) -> dict[str, Any]:
+    """The checkpoint inside a sealed file, after its bytes matched the SHA-256 written with them."""
+    payload, digest = sealed.get("payload"), sealed.get("sha256")
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8 or not isinstance(digest, str):
+        raise _unreadable(path, "it lacks its payload or its checksum")
+    raw = payload.cpu().numpy()
+    if hashlib.sha256(raw).hexdigest() != digest:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its contents do not match the SHA-256 written with them "
+            "(the file changed after it was written)"
+        )
+    data = _torch_load(io.BytesIO(raw.tobytes()), path, map_location)
+    _check_format(data, path)
+    return data
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load, verify (checksum) and check the structure of a checkpoint; never executes code from the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    data = _torch_load(path, path, map_location)
+    if _check_format(data, path) > UNSEALED_VERSION:
+        data = _unseal(data, path, map_location)
+    else:
+        log.warning(
+            "checkpoint %s has format version %s, written without a checksum: loaded without verifying its contents",
+            path,
+            data["format_version"],
         )
     missing = [
         k for k in ("algo", "env", "num_envs", "obs_dims", "action_dim", "counters", "algorithm") if k not in data
     ]
     missing += [f"counters.{k}" for k in COUNTER_KEYS if k not in (data.get("counters") or {})]
     if missing:
-        raise CheckpointError(f"checkpoint {path} is unreadable (truncated or not a checkpoint): it lacks {missing}")
+        raise _unreadable(path, f"it lacks {missing}")
     return data
+
+
+def task_dims(env: str, options: dict[str, Any] | DictConfig | None = None) -> tuple[dict[str, int], int] | None:
+    """(obs_dims, action_dim) of task `env` built with `options` (one row), or None where it cannot be built."""
+    import envs
+
+    if isinstance(options, DictConfig):
+        options = OmegaConf.to_container(options, resolve=True)
+    try:
+        built = envs.make(env, 1, **dict(options or {}))
+    except Exception:  # noqa: BLE001 - only describes a run already refused: its sizes are then left out
+        return None
+    try:
+        return {str(k): int(v) for k, v in built.spec.obs_dims.items()}, int(built.spec.action_dim)
+    finally:
+        built.close()
 
 
 def check_compatible(
@@ -285,10 +360,13 @@ def check_compatible(
     env: str | None = None,
     obs_dims: dict[str, int] | None = None,
     action_dim: int | None = None,
+    env_options: dict[str, Any] | DictConfig | None = None,
 ) -> None:
     """Raise a one-line `CheckpointError` naming every field where the checkpoint and this run differ.
 
-    Fields passed as None are not compared (e.g. the dimensions before the env is built).
+    Fields passed as None are not compared (e.g. the dimensions before the env is built). The message
+    gives this run's own sizes: those passed, else those of its task built with `env_options` (None: the
+    task's defaults), else none.
     """
     have = RunIdentity.of(ckpt)
     want = {"algo": algo, "env": env, "obs_dims": obs_dims, "action_dim": action_dim}
@@ -296,11 +374,16 @@ def check_compatible(
     if obs_dims is not None:
         want["obs_dims"] = {str(k): int(v) for k, v in dict(obs_dims).items()}
     differ = [k for k, v in want.items() if v is not None and v != mine[k]]
-    if differ:
-        this = " ".join(f"{k}={want[k] if want[k] is not None else mine[k]}" for k in mine)
-        raise CheckpointError(
-            f"checkpoint {path} is for {have.describe()}; this run is {this} (mismatch: {', '.join(differ)})"
-        )
+    if not differ:
+        return
+    run: dict[str, Any] = {k: mine[k] if want[k] is None else want[k] for k in ("algo", "env")}
+    built = task_dims(run["env"], env_options) if obs_dims is None or action_dim is None else None
+    sizes = {"obs_dims": built[0], "action_dim": built[1]} if built else {}
+    sizes.update((k, want[k]) for k in ("obs_dims", "action_dim") if want[k] is not None)
+    this = " ".join(f"{k}={v}" for k, v in {**run, **sizes}.items())
+    raise CheckpointError(
+        f"checkpoint {path} is for {have.describe()}; this run is {this} (mismatch: {', '.join(differ)})"
+    )
 
 
 def policy_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") -> dict[str, Any]:
@@ -452,6 +535,8 @@ __all__ = [
     "require_resumable",
     "restore_rng",
     "save_checkpoint",
+    "seal",
+    "task_dims",
 ]
 
 

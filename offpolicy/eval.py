@@ -2,8 +2,8 @@
 
 An offline, learner-side tool. It runs `episodes` episodes of the deterministic
 policy (the actor's mean action; `action=sample` draws the actions as in training
-instead, exploration noise and all), one per env row, in parallel, from fresh
-resets, and writes `eval.json` (returns, lengths, their mean, median, min, max and
+instead, exploration noise and all, in even batches of at most the checkpoint's
+training rows), one per env row, in parallel, from fresh resets, and writes `eval.json` (returns, lengths, their mean, median, min, max and
 std, the checkpoint's counters) into the output dir. With `reference=gymnasium` it also
 re-scores the same policy in Gymnasium's own environment
 (`gymnasium.make(spec.gymnasium_id, **spec.gymnasium_kwargs)`, the options this
@@ -34,7 +34,7 @@ written and one line says what to install. Software rendering costs ~0.1 s per
 
 Exit statuses: 0 done; 1 Hydra could not compose the config; 2 invalid config
 (one line naming the key, its value and what is allowed: offpolicy.config); 5 the
-checkpoint is missing, unreadable, unsafe or made for another env; 6 the video
+checkpoint is missing, unreadable, corrupt, unsafe or made for another env; 6 the video
 could not be rendered or written (eval.json is still written).
 """
 
@@ -43,10 +43,12 @@ from __future__ import annotations
 import contextlib
 import ctypes.util
 import json
+import logging
 import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -138,6 +140,35 @@ def no_gl_message(backend: str, problem: str) -> str:
         f"no offscreen OpenGL with MUJOCO_GL={backend} ({problem}): on a CPU machine install OSMesa "
         "(apt-get install libosmesa6) and use MUJOCO_GL=osmesa; with an NVIDIA driver use MUJOCO_GL=egl"
     )
+
+
+QUIET_LOGGERS = ("absl", "OpenGL")
+"""libraries whose INFO lines say nothing to act on: dm_control's renderer choice (absl), PyOpenGL's missing
+optional accelerator (logged when `import mujoco` loads an offscreen backend)"""
+
+
+def quiet_library_logs() -> None:
+    """Set the `QUIET_LOGGERS` to WARNING (a higher level of their own is kept): their warnings and errors still
+    print, whatever level the root logger has."""
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def no_dm_control_renderer() -> Iterator[None]:
+    """`MUJOCO_GL=disable` while the block runs, where no `MUJOCO_GL` is chosen: dm_control, imported there,
+    then loads no renderer for a re-score that renders nothing (its automatic choice tries GLFW, which warns
+    about a missing X display)."""
+    unset = "MUJOCO_GL" not in os.environ
+    if unset:
+        os.environ["MUJOCO_GL"] = "disable"
+    try:
+        yield
+    finally:
+        if unset:
+            os.environ.pop("MUJOCO_GL", None)
 
 
 # --------------------------------------------------------------------------- video
@@ -278,6 +309,7 @@ def score_in_gymnasium(spec: Any, algorithm: Any, device: Any, episodes: int, se
     return out
 
 
+@no_dm_control_renderer()
 def score_in_dm_control(spec: Any, algorithm: Any, device: Any, episodes: int, seed: int) -> dict[str, Any]:
     """The policy's statistics in dm_control's own suite task (`dm_control_rollout`: one environment seeded with
     `seed`, its episodes one after another, each to the suite's 1000-step limit or this task's, if shorter).
@@ -292,6 +324,34 @@ def score_in_dm_control(spec: Any, algorithm: Any, device: Any, episodes: int, s
     returns, lengths = dm_control_rollout(spec.name, policy, episodes, seed, spec.max_episode_steps)
     domain, task = spec.dm_control_id.split("-")
     return {"dm_control": {"domain": domain, "task": task, **scores(returns, lengths)}}
+
+
+# --------------------------------------------------------------------------- the episodes
+
+
+def batch_rows(episodes: int, action: str, training_rows: int) -> int:
+    """Env rows to run `episodes` on: all at once for the mean action; for sampled actions, as few even
+    batches as keep each within the training rows (the algorithm's exploration state has that many)."""
+    if action == "mean":
+        return episodes
+    return math.ceil(episodes / math.ceil(episodes / training_rows))
+
+
+def run_episodes(
+    env: Any, algorithm: Any, device: Any, episodes: int, action: str, record_first: bool = False
+) -> tuple[np.ndarray, np.ndarray, list]:
+    """`episodes` episodes from fresh resets, `env.spec.num_envs` at a time: (returns, lengths, row 0's states
+    in the first batch). Each batch acts with a new policy, so every row's exploration noise restarts with
+    its episode as in training; rows of a last batch beyond `episodes` are run and dropped."""
+    spec = env.spec
+    returns, lengths, states = [], [], []
+    while sum(len(r) for r in returns) < episodes:
+        policy = MeanPolicy(algorithm, spec, device) if action == "mean" else SampledPolicy(algorithm, spec, device)
+        batch_returns, batch_lengths, frames = rollout(env, policy, record_first=record_first and not returns)
+        returns.append(batch_returns)
+        lengths.append(batch_lengths)
+        states = states or frames
+    return np.concatenate(returns)[:episodes], np.concatenate(lengths)[:episodes], states
 
 
 # --------------------------------------------------------------------------- the whole evaluation
@@ -319,9 +379,10 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     Raises `ConfigError` for a bad key, `CheckpointError` for a bad checkpoint and
     `VideoError` (after writing eval.json) when the video fails or no GL backend works.
     """
-    from offpolicy.config import check_reference, check_task, invalid, validate_eval_config
+    from offpolicy.config import check_reference, check_task, validate_eval_config
 
     validate_eval_config(cfg)  # ConfigError (one line) before anything runs
+    quiet_library_logs()  # before anything imports mujoco or dm_control
     import torch
 
     from offpolicy.checkpoint import CheckpointError, check_compatible, load_algorithm_state, load_checkpoint
@@ -337,7 +398,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     path = Path(str(cfg.checkpoint)).expanduser()
     ckpt = load_checkpoint(path, map_location="cpu")
     env_name = str(OmegaConf.select(cfg, "env.name", default=None) or ckpt["env"])
-    check_compatible(ckpt, path, env=env_name)
+    check_compatible(ckpt, path, env=env_name, env_options=cfg.env_options)  # another task: refused with its sizes
     saved = ckpt.get("config") or {}
     algo_cfg = saved.get("algo")
     if not algo_cfg:
@@ -355,8 +416,6 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     name_key = "env.name" if OmegaConf.select(cfg, "env.name", default=None) else "checkpoint"
     check_task(env_name, options, name_key, "env_options")  # before the env is built: one line, not a traceback
     check_reference(reference, env_name)
-    if action == "sample" and episodes > int(ckpt["num_envs"]):
-        raise invalid("episodes", episodes, f"action=sample acts for at most the {ckpt['num_envs']} training rows")
     if cfg.get("max_episode_steps") is not None:
         options["max_episode_steps"] = int(cfg.max_episode_steps)
 
@@ -368,8 +427,9 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         # physics (a dm_control re-score ran 10x slower with 2 threads on a 2-core machine)
         torch.set_num_threads(1)
     physics_dir = contextlib.chdir(out_dir.resolve())  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the output dir
+    rows = batch_rows(episodes, action, int(ckpt["num_envs"]))
     with physics_dir:
-        env = envs.make(env_name, num_envs=episodes, seed=int(cfg.seed), **options)
+        env = envs.make(env_name, num_envs=rows, seed=int(cfg.seed), **options)
     try:
         spec = env.spec
         check_compatible(ckpt, path, env=env_name, obs_dims=dict(spec.obs_dims), action_dim=spec.action_dim)
@@ -380,8 +440,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         load_algorithm_state(algorithm, ckpt, path, allow_policy_only=True)  # a policy file acts the same
         record = bool(cfg.video) and gl_problem is None
         with physics_dir:
-            policy = MeanPolicy(algorithm, spec, device) if action == "mean" else SampledPolicy(algorithm, spec, device)
-            returns, lengths, states = rollout(env, policy, record_first=record)
+            returns, lengths, states = run_episodes(env, algorithm, device, episodes, action, record_first=record)
         model = env.model
     finally:
         env.close()

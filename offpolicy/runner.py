@@ -251,6 +251,7 @@ class Runner:
                 self.resume_path,
                 algo=OmegaConf.select(cfg, "algo.name", default=None),
                 env=OmegaConf.select(cfg, "env.name", default=None),
+                env_options=OmegaConf.select(cfg, "env.options", default=None),  # this run's sizes in a refusal
             )
             self.start_counters = dict(self.resume_checkpoint["counters"])
             if self.total_env_steps is not None and self.start_counters["env_steps"] >= self.total_env_steps:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -105,8 +108,10 @@ def test_crash_mid_write_keeps_previous_checkpoint_and_leaves_no_tmp(tmp_path, m
 
     real_save = torch.save
 
-    def torn_save(obj, f, *args, **kwargs):  # writes half a checkpoint, then the disk "fills up"
+    def torn_save(obj, f, *args, **kwargs):  # writes half a checkpoint file, then the disk "fills up"
         real_save(obj, f, *args, **kwargs)
+        if isinstance(f, io.BytesIO):  # the payload serialized in memory before sealing: no disk involved
+            return
         f.truncate(f.tell() // 2)
         raise OSError(28, "No space left on device")
 
@@ -229,16 +234,99 @@ def test_missing_truncated_foreign_and_newer_files_give_one_line_errors(tmp_path
     newer = tmp_path / "newer.pt"
     data = ck.load_checkpoint(good)
     torch.save({**data, "format_version": ck.FORMAT_VERSION + 1}, newer)
+    unsealed = tmp_path / "unsealed.pt"  # a current format version without the sealed payload
+    torch.save(data, unsealed)
     cases = {
         tmp_path / "nope.pt": f"checkpoint not found: {tmp_path / 'nope.pt'}",
         truncated: f"checkpoint {truncated} is unreadable (truncated or not a checkpoint)",
         foreign: f"checkpoint {foreign} is unreadable (truncated or not a checkpoint): it is not an",
         newer: f"checkpoint {newer} has format version {ck.FORMAT_VERSION + 1}",
+        unsealed: f"checkpoint {unsealed} is unreadable (truncated or not a checkpoint): it lacks its payload or",
     }
     for path, message in cases.items():
         with pytest.raises(CheckpointError) as err:
             ck.load_checkpoint(path)
         assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def flip_bytes(path: Path, count: int = 200) -> int:
+    """Invert `count` bytes in the middle of the file's second half (a bad disk or a torn copy); returns where."""
+    data = bytearray(path.read_bytes())
+    start = len(data) // 2 + (len(data) - len(data) // 2 - count) // 2
+    data[start : start + count] = bytes(b ^ 0xFF for b in data[start : start + count])
+    path.write_bytes(bytes(data))
+    return start
+
+
+def corrupt_line(path: Path) -> str:
+    return (
+        f"checkpoint {path} is corrupt: its contents do not match the SHA-256 written with them "
+        "(the file changed after it was written)"
+    )
+
+
+def test_a_checkpoint_with_bytes_flipped_after_writing_is_refused_and_the_intact_one_loads(tmp_path):
+    """Was: 200 bytes flipped in a checkpoint's second half loaded silently, weights and all."""
+    algo = trained("fastsac", phases=1)
+    good = write(tmp_path / "good.pt", algo=algo)
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(good.read_bytes())
+    assert flip_bytes(corrupt) > good.stat().st_size // 2
+    with pytest.raises(CheckpointError) as err:
+        ck.load_checkpoint(corrupt)
+    assert str(err.value) == corrupt_line(corrupt)
+    # the file as written: its seal is the SHA-256 of the serialized checkpoint, and it loads exactly
+    sealed = torch.load(good, weights_only=True)
+    assert sealed["format_version"] == ck.FORMAT_VERSION == 2
+    assert sealed["sha256"] == hashlib.sha256(sealed["payload"].numpy().tobytes()).hexdigest()
+    fresh = small("fastsac")
+    ck.load_algorithm_state(fresh, ck.load_checkpoint(good), good)
+    obs = {"actor": torch.randn(9, OBS_DIM)}
+    assert torch.equal(fresh.act(obs), algo.act(obs))
+
+
+def test_a_checkpoint_written_before_checksums_loads_with_a_warning_and_exports_sealed(tmp_path, caplog):
+    algo = trained("fastsac", phases=1)
+    old = tmp_path / "old.pt"
+    unsealed = {**ck.build_checkpoint(identity(), algo.state_dict(), counters(100)), "format_version": 1}
+    ck.atomic_save(unsealed, old)  # what format version 1 wrote: the checkpoint itself, unsealed
+    with caplog.at_level(logging.WARNING, logger="offpolicy.checkpoint"):
+        data = ck.load_checkpoint(old)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"checkpoint {old} has format version 1, written without a checksum: loaded without verifying its contents"
+    ]
+    fresh = small("fastsac")
+    ck.load_algorithm_state(fresh, data, old)
+    obs = {"actor": torch.randn(9, OBS_DIM)}
+    assert torch.equal(fresh.act(obs), algo.act(obs))
+    policy = ck.export_policy(old, tmp_path / "policy.pt")  # rewritten in the current, sealed format
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="offpolicy.checkpoint"):
+        assert ck.load_checkpoint(policy)["format_version"] == ck.FORMAT_VERSION
+    assert caplog.records == []
+    sealed = torch.load(policy, weights_only=True)
+    assert sealed["sha256"] == hashlib.sha256(sealed["payload"].numpy().tobytes()).hexdigest()
+
+
+def test_a_mismatch_shows_this_runs_own_sizes(tmp_path):
+    """Was: a checkpoint of another task was refused with the checkpoint's sizes given as this run's."""
+    path = write(tmp_path / "c.pt")  # synthetic: 7 observation entries, 3 actions
+    data = ck.load_checkpoint(path)
+    checkpoint = f"checkpoint {path} is for algo=fastsac env=synthetic obs_dims={{'actor': 7}} action_dim=3"
+    cases = [
+        # Ant-v5 without contact forces: qpos[2:] (13) and qvel (14); 8 motors
+        ({"env": "ant"}, "algo=fastsac env=ant obs_dims={'actor': 27} action_dim=8 (mismatch: env)"),
+        # Hopper-v5: qpos[1:] (5) and qvel (6); 3 motors
+        ({"env": "hopper", "env_options": {}}, "algo=fastsac env=hopper obs_dims={'actor': 11} action_dim=3 (mismatch: env)"),
+        # this run's task cannot be built with these options: no sizes rather than wrong ones
+        ({"env": "hopper", "env_options": {"nope": 1}}, "algo=fastsac env=hopper (mismatch: env)"),
+        ({"algo": "flashsac"}, "algo=flashsac env=synthetic (mismatch: algo)"),
+        ({"env": "hopper", "obs_dims": {"actor": 5}}, "algo=fastsac env=hopper obs_dims={'actor': 5} action_dim=3 (mismatch: env, obs_dims)"),
+    ]  # fmt: skip
+    for given, this in cases:
+        with pytest.raises(CheckpointError) as err:
+            ck.check_compatible(data, path, **given)
+        assert str(err.value) == f"{checkpoint}; this run is {this}", given
 
 
 def test_mismatch_names_every_differing_field(tmp_path):
@@ -301,9 +389,8 @@ def test_resume_through_the_cli_carries_the_counters_on(tmp_path):
     assert final["counters"]["env_steps"] == 160 and final["counters"]["updates"] == summary["updates"]
 
 
-def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
-    good = tmp_path / "good.pt"
-    # a real hopper/fastsac checkpoint, written without training (dimensions from the env)
+def hopper_checkpoint(path: Path) -> Path:
+    """A real hopper/fastsac checkpoint of 4 training rows, written without training (dimensions from the env)."""
     import envs
 
     env = envs.make("hopper", 1)
@@ -315,7 +402,35 @@ def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
     )  # fmt: skip
     algo = make_algorithm(OmegaConf.create({"name": "fastsac", **SMALL["fastsac"]}), hopper, "cpu")
     ident = RunIdentity("fastsac", "hopper", {"actor": obs_dim}, act_dim, 4)
-    ck.save_checkpoint(good, ck.build_checkpoint(ident, algo.state_dict(), {**counters(8), "ticks": 2}))
+    config = {"algo": {"name": "fastsac", **SMALL["fastsac"]}, "env": {"name": "hopper", "options": {}}}
+    checkpoint = ck.build_checkpoint(ident, algo.state_dict(), {**counters(8), "ticks": 2}, config=config)
+    return ck.save_checkpoint(path, checkpoint)
+
+
+def test_every_cli_refuses_a_checkpoint_with_flipped_bytes_in_one_line(tmp_path):
+    """train.resume=, offpolicy.eval checkpoint= and export-policy: exit status 5, one line, nothing written."""
+    corrupt = hopper_checkpoint(tmp_path / "corrupt.pt")
+    flip_bytes(corrupt)
+    policy, eval_dir = tmp_path / "policy.pt", tmp_path / "eval"
+    runs = {
+        "export-policy": [sys.executable, "-m", "offpolicy.checkpoint", "export-policy", str(corrupt), str(policy)],
+        "eval": [sys.executable, "-m", "offpolicy.eval", f"checkpoint={corrupt}", f"hydra.run.dir={eval_dir}"],
+    }
+    procs = {
+        name: subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120) for name, cmd in runs.items()
+    }
+    procs["train.resume"] = _train(
+        tmp_path, "resume", "train.total_env_steps=64", f"train.resume={corrupt}", timeout=120
+    )
+    for name, proc in procs.items():
+        assert proc.returncode == 5, (name, proc.returncode, proc.stderr[-2000:])
+        assert [x for x in proc.stderr.splitlines() if x.strip()] == [f"[offpolicy] {corrupt_line(corrupt)}"], name
+    assert not policy.exists() and not (eval_dir / "eval.json").exists()
+    assert not (tmp_path / "resume" / "summary.json").exists()  # never started fresh
+
+
+def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
+    good = hopper_checkpoint(tmp_path / "good.pt")
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[:1000])
     # the export CLI: a policy file from a real checkpoint, and one line (exit 5) for a broken one
@@ -331,7 +446,12 @@ def test_cli_refuses_bad_resume_checkpoints_in_one_line(tmp_path):
     cases = [
         (tmp_path / "missing.pt", [], f"checkpoint not found: {tmp_path / 'missing.pt'}"),
         (truncated, [], f"checkpoint {truncated} is unreadable (truncated or not a checkpoint)"),
-        (good, ["env=ant"], f"checkpoint {good} is for algo=fastsac env=hopper"),
+        (
+            good,
+            ["env=ant"],  # this run's sizes are the Ant's (27 observation entries, 8 actions), not the checkpoint's
+            f"checkpoint {good} is for algo=fastsac env=hopper obs_dims={{'actor': 11}} action_dim=3; "
+            "this run is algo=fastsac env=ant obs_dims={'actor': 27} action_dim=8 (mismatch: env)",
+        ),
         (policy, [], f"checkpoint {policy} holds only a policy (offpolicy.eval can score it)"),
     ]
     for i, (path, extra, message) in enumerate(cases):

@@ -132,10 +132,11 @@ def test_eval_rows_get_the_snapshot_mean_action_and_never_reach_replay(tmp_path)
 # --------------------------------------------------------------------------- offline evaluation of a checkpoint
 
 
-def task_checkpoint(path: Path, task: str = "hopper", acting: bool = False) -> Path:
-    """A real <task>/fastsac checkpoint with untrained tiny networks (no training needed to test evaluation).
+def task_checkpoint(path: Path, task: str = "hopper", acting: bool = False, algo: str = "fastsac") -> Path:
+    """A real <task>/<algo> checkpoint of 4 training rows with untrained tiny networks (no training needed to
+    test evaluation).
 
-    Its actor's mean head starts at zero, so its mean action is zero whatever it observes; with `acting`
+    FastSAC's actor's mean head starts at zero, so its mean action is zero whatever it observes; with `acting`
     the head gets random weights, so the action depends on every observation entry.
     """
     import envs
@@ -147,15 +148,16 @@ def task_checkpoint(path: Path, task: str = "hopper", acting: bool = False) -> P
         task, 4, dict(s.obs_dims), s.action_dim, s.action_low, s.action_high, s.dt, 1000,
         reward_range=s.reward_range,
     )  # fmt: skip
+    algo_cfg = SMALL_FASTSAC if algo == "fastsac" else {"name": algo, **SMALL[algo]}
     torch.manual_seed(0)
-    algo = make_algorithm(OmegaConf.create(SMALL_FASTSAC), train_spec, "cpu")
+    algorithm = make_algorithm(OmegaConf.create(algo_cfg), train_spec, "cpu")
     if acting:
         with torch.no_grad():
-            algo.actor.mean_head.weight.normal_()
-    ident = ck.RunIdentity("fastsac", task, dict(s.obs_dims), s.action_dim, 4)
-    config = {"algo": SMALL_FASTSAC, "env": {"name": task, "num_envs": 4, "options": {}}}
+            algorithm.actor.mean_head.weight.normal_()
+    ident = ck.RunIdentity(algo, task, dict(s.obs_dims), s.action_dim, 4)
+    config = {"algo": algo_cfg, "env": {"name": task, "num_envs": 4, "options": {}}}
     counters = {"env_steps": 400, "ticks": 100, "updates": 50, "policy_version": 50}
-    return ck.save_checkpoint(path, ck.build_checkpoint(ident, algo.state_dict(), counters, config=config))
+    return ck.save_checkpoint(path, ck.build_checkpoint(ident, algorithm.state_dict(), counters, config=config))
 
 
 def eval_cfg(checkpoint: Path, **over):
@@ -246,7 +248,7 @@ def test_sampled_policy_pads_to_the_built_rows_restarts_the_noise_once_and_keeps
         SampledPolicy(algo, replace(spec, num_envs=9), torch.device("cpu"))
 
 
-def test_evaluate_with_action_sample_draws_other_actions_than_the_mean_and_refuses_what_it_cannot_do(tmp_path):
+def test_evaluate_with_action_sample_draws_other_actions_than_the_mean_and_refuses_a_reference(tmp_path):
     from offpolicy.config import ConfigError
     from offpolicy.eval import evaluate
 
@@ -258,17 +260,71 @@ def test_evaluate_with_action_sample_draws_other_actions_than_the_mean_and_refus
     assert saved["action"] == "sample" and mean["action"] == "mean" and saved["returns"] == sampled["returns"]
     assert sampled["returns"] != mean["returns"]  # the same resets, other actions
     assert again["returns"] == sampled["returns"]  # torch seeded with `seed`: a sampled evaluation repeats
-    refusals = {
-        "episodes=5: action=sample acts for at most the 4 training rows": {"episodes": 5},
-        "action=sample: reference=gymnasium re-scores the mean action only; valid with it: mean": {
-            "reference": "gymnasium"
-        },
-    }
-    for line, over in refusals.items():
-        with pytest.raises(ConfigError) as err:
-            evaluate(eval_cfg(path, action="sample", **over), tmp_path / "refused")
-        assert str(err.value) == line
+    # more episodes than training rows: two batches of 3 rows, the sixth episode run and dropped
+    five = evaluate(eval_cfg(path, episodes=5, max_episode_steps=40, action="sample"), tmp_path / "s5")
+    assert five["episodes"] == len(five["returns"]) == len(five["lengths"]) == 5
+    with pytest.raises(ConfigError) as err:
+        evaluate(eval_cfg(path, action="sample", reference="gymnasium"), tmp_path / "refused")
+    assert str(err.value) == "action=sample: reference=gymnasium re-scores the mean action only; valid with it: mean"
     assert not (tmp_path / "refused" / "eval.json").exists()
+
+
+def test_sampled_episodes_run_in_as_few_even_batches_as_the_training_rows_allow():
+    from offpolicy.eval import batch_rows
+
+    assert batch_rows(16, "mean", 4) == 16  # the mean action keeps no per-row state: all episodes at once
+    # (episodes, training rows) -> rows per batch: ceil(episodes / ceil(episodes / training rows))
+    cases = {(16, 4): 4, (16, 12): 8, (16, 16): 16, (5, 4): 3, (6, 4): 3, (3, 4): 3, (128, 1024): 128, (1, 1): 1}
+    assert {(n, rows): batch_rows(n, "sample", rows) for n, rows in cases} == cases
+
+
+def test_action_sample_runs_the_default_16_episodes_in_batches_of_the_training_rows(tmp_path, monkeypatch):
+    """Was: `action=sample` with the default 16 episodes was refused for a run of fewer than 16 training rows.
+    FlashSAC holds its noise per training row: 16 episodes of a 4-row run go in 4 batches of 4, each from fresh
+    resets and with every row's noise restarted exactly once, at the batch's first step."""
+    import offpolicy.runner
+    from offpolicy.eval import evaluate
+
+    path = task_checkpoint(tmp_path / "flashsac.pt", algo="flashsac")
+    calls: list[tuple[int, torch.Tensor]] = []
+    build = offpolicy.runner.default_algorithm_factory
+
+    def spying_factory(algo_cfg, spec, device):
+        algorithm = build(algo_cfg, spec, device)
+        explore = algorithm.explore
+
+        def spy(obs, reset_mask):
+            calls.append((int(obs["actor"].shape[0]), reset_mask.clone()))
+            return explore(obs, reset_mask)
+
+        algorithm.explore = spy
+        return algorithm
+
+    monkeypatch.setattr(offpolicy.runner, "default_algorithm_factory", spying_factory)
+    result = evaluate(eval_cfg(path, action="sample", max_episode_steps=30), tmp_path / "all")
+    assert result["episodes"] == len(result["returns"]) == 16 and len(set(result["returns"])) == 16
+    assert {rows for rows, _ in calls} == {4}  # the held noise always sees its 4 rows
+    steps = [max(result["lengths"][i : i + 4]) for i in range(0, 16, 4)]  # a batch steps until its last row ends
+    assert len(calls) == sum(steps)
+    firsts = np.cumsum([0, *steps[:-1]]).tolist()
+    assert [i for i, (_, reset) in enumerate(calls) if reset.any()] == firsts
+    assert all(calls[i][1].all() for i in firsts)
+    calls.clear()
+    four = evaluate(eval_cfg(path, action="sample", max_episode_steps=30, episodes=4), tmp_path / "four")
+    assert result["returns"][:4] == four["returns"]  # the first batch is the 4-episode evaluation
+
+
+def test_eval_cli_with_action_sample_as_the_readme_writes_it(tmp_path):
+    """`python -m offpolicy.eval checkpoint=<path> action=sample` on a run of 4 training rows: 16 episodes."""
+    path = task_checkpoint(tmp_path / "hopper.pt", acting=True)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "offpolicy.eval", f"checkpoint={path}", "action=sample", f"hydra.run.dir={out}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "over 16 episodes" in proc.stdout
+    saved = json.loads((out / "eval.json").read_text())
+    assert saved["action"] == "sample" and saved["episodes"] == len(saved["returns"]) == 16
 
 
 def test_evaluation_builds_the_policy_eagerly_unless_asked_to_compile():
@@ -405,7 +461,7 @@ def test_evaluate_refuses_another_env_in_one_line(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [
         f"[offpolicy] checkpoint {path} is for algo=fastsac env=hopper obs_dims={{'actor': 11}} action_dim=3; "
-        f"this run is algo=fastsac env=ant obs_dims={{'actor': 11}} action_dim=3 (mismatch: env)"
+        f"this run is algo=fastsac env=ant obs_dims={{'actor': 27}} action_dim=8 (mismatch: env)"  # Ant's own sizes
     ], proc.stderr
 
 
