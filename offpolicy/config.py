@@ -1,8 +1,9 @@
 """Typed schemas of the CLIs' configs, checked before anything starts.
 
 `validate_train_config` checks the composed config of `python -m offpolicy.train`: every
-group, the hidden `runtime.*` keys, the task name and its options (by the task's own
-constructor) and the `algo` group (by `offpolicy.algorithms.config`'s schemas).
+group, the hidden `runtime.*` keys, the task name and its options (each option's name, type and
+bounds as the task declares them, envs/options.py) and the `algo` group (by
+`offpolicy.algorithms.config`'s schemas).
 `validate_eval_config` checks `conf/eval.yaml` for `python -m offpolicy.eval` (which checks the
 task itself once it knows it from the checkpoint). Both raise
 `ConfigError` with one line, `<key>=<value>: <what is allowed>`; the CLIs print it as
@@ -82,7 +83,7 @@ class EnvConfig:
     num_envs: PositiveInt = 1024
     """training envs in the collector (rows of one vector step)"""
     options: dict[str, Any] = field(default_factory=dict)
-    """the task's keyword options (Gymnasium's), checked by the task's constructor"""
+    """the task's keyword options (Gymnasium's), checked against the task's typed option specs (`check_task`)"""
 
 
 @dataclass
@@ -349,17 +350,21 @@ def build_logger(data: Any) -> LoggerConfig:
 
 
 def check_task(name: str, options: dict[str, Any], name_key: str, options_key: str) -> None:
-    """The task exists and its constructor accepts `options` (before any collector starts)."""
+    """The task exists and its constructor accepts `options`: each option's name, type and bounds
+    (`option_specs` of the task, envs/options.py), before any collector starts."""
     import envs
 
     names = envs.registry_names()
     if name not in names:
         raise invalid(name_key, name, f"must be one of {', '.join(names)}")
+    from envs.options import OptionError
     from envs.registry import task_class
 
     try:
         task_class(name)(**options)
-    except (TypeError, ValueError) as exc:
+    except OptionError as exc:
+        raise invalid(f"{options_key}.{exc.option}", exc.value, exc.allowed) from None
+    except (TypeError, ValueError) as exc:  # options that are not keyword arguments at all
         raise invalid(options_key, options, _one_line(exc)) from None
 
 

@@ -70,7 +70,7 @@ def test_every_shipped_config_is_valid(algo, env):
         (["env.name=cartpole"], f"env.name=cartpole: must be one of {', '.join(envs.registry_names())}"),
         (
             ["env=dmc_dog_run", "+env.options.healthy_reward=1"],
-            "env.options={healthy_reward: 1}: unknown option(s) ['healthy_reward'] for task 'dmc_dog_run'; valid: ['max_episode_steps']",
+            "env.options.healthy_reward=1: unknown option of task dmc_dog_run; valid: max_episode_steps",
         ),
         (["train.total_env_steps=-5"], "train.total_env_steps=-5: must be an integer > 0 or null"),
         (
@@ -130,11 +130,49 @@ def test_unknown_algo_keys_list_the_schema():
 
 def test_task_options_are_checked_by_the_task_before_anything_starts():
     message = refusal(train_cfg("env=hopper", "+env.options.healthy_rewrd=0.5"))
-    assert message.startswith("env.options={healthy_rewrd: 0.5}: unknown option(s) ['healthy_rewrd'] for task 'hopper'")
-    assert "'healthy_reward'" in message
+    assert message == (
+        "env.options.healthy_rewrd=0.5: unknown option of task hopper; valid: forward_reward_weight, "
+        "ctrl_cost_weight, healthy_reward, terminate_when_unhealthy, healthy_state_range, healthy_z_range, "
+        "healthy_angle_range, reset_noise_scale, max_episode_steps"
+    )
     assert validate_train_config(train_cfg("env=hopper", "+env.options.healthy_reward=0.5")).env.options == {
         "healthy_reward": 0.5
     }
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["env=hopper", "+env.options.healthy_reward=abc"], "env.options.healthy_reward=abc: must be a finite number"),
+        (
+            ["env=hopper", "+env.options.healthy_z_range=[1.2,0.7]"],
+            "env.options.healthy_z_range=[1.2, 0.7]: must be two numbers [low, high] with low < high "
+            "(either may be inf or -inf)",
+        ),  # fmt: skip
+        (
+            ["env=ant", "+env.options.ctrl_cost_weight=-1"],
+            "env.options.ctrl_cost_weight=-1: must be a finite number >= 0",
+        ),
+        (
+            ["env=walker2d", "+env.options.terminate_when_unhealthy=sometimes"],
+            "env.options.terminate_when_unhealthy=sometimes: must be true or false",
+        ),  # fmt: skip
+        (
+            ["env=dmc_dog_run", "+env.options.max_episode_steps=0"],
+            "env.options.max_episode_steps=0: must be an integer > 0",
+        ),
+    ],
+)
+def test_task_option_values_are_typed_and_bounded(overrides, message):
+    assert refusal(train_cfg(*overrides)) == message
+
+
+def test_good_task_options_pass_as_written():
+    """The run keeps the options as the user wrote them; the task converts them (lists to ranges) itself."""
+    run = validate_train_config(
+        train_cfg("env=hopper", "+env.options.healthy_z_range=[0.5,inf]", "+env.options.max_episode_steps=1")
+    )
+    assert run.env.options == {"healthy_z_range": [0.5, float("inf")], "max_episode_steps": 1}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: device=cuda is valid")
@@ -214,6 +252,43 @@ def test_train_cli_refuses_bad_input_before_the_collector_starts(tmp_path, overr
     assert left <= {".hydra", "train.log"}  # Hydra's own files; no collector, metrics, checkpoint or W&B run
 
 
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["env=hopper", "+env.options.healthy_reward=abc"], "env.options.healthy_reward=abc: must be a finite number"),
+        (
+            ["env=hopper", "+env.options.healthy_z_range=5"],
+            "env.options.healthy_z_range=5: must be two numbers [low, high] with low < high (either may be inf or -inf)",
+        ),
+        (["env=hopper", "+env.options.max_episode_steps=0"], "env.options.max_episode_steps=0: must be an integer > 0"),
+        (
+            ["env=dmc_cheetah_run", "+env.options.max_episode_steps=-3"],
+            "env.options.max_episode_steps=-3: must be an integer > 0",
+        ),
+    ],
+)
+def test_train_cli_reported_inputs_are_one_line_with_status_2(tmp_path, args, message):
+    """Were: a 26-line collector traceback (exit 3) for the first two, 1-step and 0-step episodes that exited 0
+    for the next two."""
+    run_dir = tmp_path / "run"
+    proc = run_cli("offpolicy.train", *args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert proc.stderr.splitlines() == [f"[offpolicy] invalid config: {message}"]
+    assert proc.returncode == 2 and proc.stdout == ""
+    left = {p.name for p in run_dir.iterdir()} if run_dir.exists() else set()
+    assert left <= {".hydra", "train.log"}  # no collector, metrics or checkpoint
+
+
+def test_eval_cli_checks_option_values_in_one_line(tmp_path):
+    path = task_checkpoint(tmp_path / "hopper.pt")
+    args = [f"checkpoint={path}", "+env_options.healthy_z_range=5", f"hydra.run.dir={tmp_path / 'o'}"]
+    proc = run_cli("offpolicy.eval", *args, cwd=tmp_path)
+    assert proc.stderr.splitlines() == [
+        "[offpolicy] invalid config: env_options.healthy_z_range=5: "
+        "must be two numbers [low, high] with low < high (either may be inf or -inf)"
+    ]
+    assert proc.returncode == 2 and not (tmp_path / "o" / "eval.json").exists()
+
+
 def test_eval_cli_refuses_zero_episodes(tmp_path):
     """Was: a 10-line traceback."""
     path = task_checkpoint(tmp_path / "hopper.pt")
@@ -231,7 +306,8 @@ def test_eval_cli_checks_task_options_in_one_line(tmp_path):
     )
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("[offpolicy] invalid config: env_options={speed: 2}: unknown option(s) ['speed'] for task")
+    assert line.startswith("[offpolicy] invalid config: env_options.speed=2: unknown option of task hopper; valid: ")
+    assert line.endswith(", reset_noise_scale, max_episode_steps")
 
 
 @pytest.mark.parametrize("backend", ["osmesa", "egl", "glx"])
