@@ -7,7 +7,9 @@ bounds as the task declares them, envs/options.py) and the `algo` group (by
 `validate_eval_config` checks `conf/eval.yaml` for `python -m offpolicy.eval` (which checks the
 task itself once it knows it from the checkpoint). Both raise
 `ConfigError` with one line, `<key>=<value>: <what is allowed>`; the CLIs print it as
-`[offpolicy] invalid config: <line>` and exit with status 2.
+`[offpolicy] invalid config: <line>` and exit with status 2. Errors Hydra itself raises while
+composing (an unknown key or group choice, bad override syntax) read the same way
+(`hydra_errors_in_one_line` around each CLI's entry).
 
 The schemas are dataclasses with a one-line docstring per field (like the algorithm
 schemas). A field's type is its rule: `Literal[...]` lists the choices, `X | None` accepts
@@ -18,15 +20,20 @@ validated objects are only read: the run keeps using the config it was given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import importlib
+import os
 import re
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -452,6 +459,85 @@ class SweepCpuCheck(Callback):
             sys.exit(2)
 
 
+# --------------------------------------------------------------------------- Hydra's own errors
+
+
+@contextlib.contextmanager
+def hydra_errors_in_one_line() -> Iterator[None]:
+    """Around a `hydra.main` call: Hydra's own config errors become one line and exit status 2.
+
+    Hydra composes the config before the task function runs, so an override it cannot apply (a key the
+    config lacks, a group choice without a file, unparsable syntax) never reaches `main`. Hydra reports
+    those through `hydra._internal.utils.run_and_report`, in several lines with exit status 1; for the
+    duration, this wraps that function so the same errors print as `[offpolicy] invalid config: <line>`
+    (`hydra_error_line`) and exit 2, like every other bad key. `HYDRA_FULL_ERROR=1` keeps Hydra's report.
+    """
+    from hydra._internal import utils
+
+    report = utils.run_and_report
+
+    def run_and_report(func: Any) -> Any:
+        def one_line_errors() -> Any:
+            try:
+                return func()
+            except CompactHydraException as exc:  # what Hydra reports without a trace: the user's input
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                print(f"[offpolicy] invalid config: {hydra_error_line(exc)}", file=sys.stderr, flush=True)
+                sys.exit(2)
+
+        return report(one_line_errors)
+
+    utils.run_and_report = run_and_report
+    try:
+        yield
+    finally:
+        utils.run_and_report = report
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """One line for an error Hydra raised while composing a config: the key or choice, and what is valid."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, choice = exc.missing_cfg_file.rpartition("/")
+        if group:
+            return f"{group}={choice}: no such {group} config; valid: {', '.join(exc.options)}"
+    cause = exc.__cause__
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and getattr(cause, "full_key", None):
+        return _unknown_key_line(exc, cause)
+    if isinstance(exc, OverrideParseException):
+        return f"{exc.override}: cannot parse this override ({_one_line(exc)})"
+    lines = []
+    for line in str(exc).splitlines():
+        if line.startswith(("Config search path", "See https")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    if cause is not None:
+        lines.append(_one_line(cause))
+    return "; ".join(lines) or type(exc).__name__
+
+
+def _unknown_key_line(exc: BaseException, cause: Any) -> str:
+    """`<key>=<value>: unknown key (the close keys, or the keys there are); to add a new key write +<key>=<value>`."""
+    full_key, key = str(cause.full_key), str(cause.key)
+    written = re.search(r"use \+(.+)", str(exc))  # Hydra's hint names the override as written
+    override = written.group(1) if written else full_key
+    parent = full_key.rpartition(".")[0]
+    node = getattr(cause, "parent_node", None)
+    keys = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(key, keys, n=3)
+    if close:
+        hint = "did you mean " + " or ".join(_join(parent, k) for k in close) + "?"
+    elif keys:
+        hint = f"valid {'keys of ' + parent if parent else 'top-level keys'}: {', '.join(keys)}"
+    else:
+        hint = f"{parent or 'the config'} has no keys"
+    return f"{override}: unknown key ({hint}); to add a new key write +{override}"
+
+
 # --------------------------------------------------------------------------- offpolicy.eval
 
 
@@ -679,6 +765,8 @@ __all__ = [
     "EvaluateConfig",
     "RunConfig",
     "SweepCpuCheck",
+    "hydra_error_line",
+    "hydra_errors_in_one_line",
     "import_target",
     "validate_eval_config",
     "validate_train_config",
