@@ -1,12 +1,15 @@
 """Typed schemas of the CLIs' configs, checked before anything starts.
 
 `validate_train_config` checks the composed config of `python -m offpolicy.train`: every
-group, the hidden `runtime.*` keys, the task name and its options (by the task's own
-constructor) and the `algo` group (by `offpolicy.algorithms.config`'s schemas).
+group, the hidden `runtime.*` keys, the task name and its options (each option's name, type and
+bounds as the task declares them, envs/options.py) and the `algo` group (by
+`offpolicy.algorithms.config`'s schemas).
 `validate_eval_config` checks `conf/eval.yaml` for `python -m offpolicy.eval` (which checks the
 task itself once it knows it from the checkpoint). Both raise
 `ConfigError` with one line, `<key>=<value>: <what is allowed>`; the CLIs print it as
-`[offpolicy] invalid config: <line>` and exit with status 2.
+`[offpolicy] invalid config: <line>` and exit with status 2. Errors Hydra itself raises while
+composing (an unknown key or group choice, bad override syntax) read the same way
+(`hydra_errors_in_one_line` around each CLI's entry).
 
 The schemas are dataclasses with a one-line docstring per field (like the algorithm
 schemas). A field's type is its rule: `Literal[...]` lists the choices, `X | None` accepts
@@ -17,15 +20,20 @@ validated objects are only read: the run keeps using the config it was given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import importlib
+import os
 import re
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -82,7 +90,7 @@ class EnvConfig:
     num_envs: PositiveInt = 1024
     """training envs in the collector (rows of one vector step)"""
     options: dict[str, Any] = field(default_factory=dict)
-    """the task's keyword options (Gymnasium's), checked by the task's constructor"""
+    """the task's keyword options (Gymnasium's), checked against the task's typed option specs (`check_task`)"""
 
 
 @dataclass
@@ -349,17 +357,21 @@ def build_logger(data: Any) -> LoggerConfig:
 
 
 def check_task(name: str, options: dict[str, Any], name_key: str, options_key: str) -> None:
-    """The task exists and its constructor accepts `options` (before any collector starts)."""
+    """The task exists and its constructor accepts `options`: each option's name, type and bounds
+    (`option_specs` of the task, envs/options.py), before any collector starts."""
     import envs
 
     names = envs.registry_names()
     if name not in names:
         raise invalid(name_key, name, f"must be one of {', '.join(names)}")
+    from envs.options import OptionError
     from envs.registry import task_class
 
     try:
         task_class(name)(**options)
-    except (TypeError, ValueError) as exc:
+    except OptionError as exc:
+        raise invalid(f"{options_key}.{exc.option}", exc.value, exc.allowed) from None
+    except (TypeError, ValueError) as exc:  # options that are not keyword arguments at all
         raise invalid(options_key, options, _one_line(exc)) from None
 
 
@@ -445,6 +457,85 @@ class SweepCpuCheck(Callback):
         except AffinityError as exc:
             print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
+
+
+# --------------------------------------------------------------------------- Hydra's own errors
+
+
+@contextlib.contextmanager
+def hydra_errors_in_one_line() -> Iterator[None]:
+    """Around a `hydra.main` call: Hydra's own config errors become one line and exit status 2.
+
+    Hydra composes the config before the task function runs, so an override it cannot apply (a key the
+    config lacks, a group choice without a file, unparsable syntax) never reaches `main`. Hydra reports
+    those through `hydra._internal.utils.run_and_report`, in several lines with exit status 1; for the
+    duration, this wraps that function so the same errors print as `[offpolicy] invalid config: <line>`
+    (`hydra_error_line`) and exit 2, like every other bad key. `HYDRA_FULL_ERROR=1` keeps Hydra's report.
+    """
+    from hydra._internal import utils
+
+    report = utils.run_and_report
+
+    def run_and_report(func: Any) -> Any:
+        def one_line_errors() -> Any:
+            try:
+                return func()
+            except CompactHydraException as exc:  # what Hydra reports without a trace: the user's input
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                print(f"[offpolicy] invalid config: {hydra_error_line(exc)}", file=sys.stderr, flush=True)
+                sys.exit(2)
+
+        return report(one_line_errors)
+
+    utils.run_and_report = run_and_report
+    try:
+        yield
+    finally:
+        utils.run_and_report = report
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """One line for an error Hydra raised while composing a config: the key or choice, and what is valid."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, choice = exc.missing_cfg_file.rpartition("/")
+        if group:
+            return f"{group}={choice}: no such {group} config; valid: {', '.join(exc.options)}"
+    cause = exc.__cause__
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and getattr(cause, "full_key", None):
+        return _unknown_key_line(exc, cause)
+    if isinstance(exc, OverrideParseException):
+        return f"{exc.override}: cannot parse this override ({_one_line(exc)})"
+    lines = []
+    for line in str(exc).splitlines():
+        if line.startswith(("Config search path", "See https")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    if cause is not None:
+        lines.append(_one_line(cause))
+    return "; ".join(lines) or type(exc).__name__
+
+
+def _unknown_key_line(exc: BaseException, cause: Any) -> str:
+    """`<key>=<value>: unknown key (the close keys, or the keys there are); to add a new key write +<key>=<value>`."""
+    full_key, key = str(cause.full_key), str(cause.key)
+    written = re.search(r"use \+(.+)", str(exc))  # Hydra's hint names the override as written
+    override = written.group(1) if written else full_key
+    parent = full_key.rpartition(".")[0]
+    node = getattr(cause, "parent_node", None)
+    keys = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(key, keys, n=3)
+    if close:
+        hint = "did you mean " + " or ".join(_join(parent, k) for k in close) + "?"
+    elif keys:
+        hint = f"valid {'keys of ' + parent if parent else 'top-level keys'}: {', '.join(keys)}"
+    else:
+        hint = f"{parent or 'the config'} has no keys"
+    return f"{override}: unknown key ({hint}); to add a new key write +{override}"
 
 
 # --------------------------------------------------------------------------- offpolicy.eval
@@ -676,6 +767,8 @@ __all__ = [
     "EvaluateConfig",
     "RunConfig",
     "SweepCpuCheck",
+    "hydra_error_line",
+    "hydra_errors_in_one_line",
     "import_target",
     "validate_eval_config",
     "validate_train_config",

@@ -32,9 +32,9 @@ imported here. Without a working backend the episodes still run, eval.json is
 written and one line says what to install. Software rendering costs ~0.1 s per
 480x480 frame on CPU (a 1000-step episode: under two minutes).
 
-Exit statuses: 0 done; 1 Hydra could not compose the config; 2 invalid config
-(one line naming the key, its value and what is allowed: offpolicy.config); 5 the
-checkpoint is missing, unreadable, corrupt, unsafe or made for another env; 6 the video
+Exit statuses: 0 done; 1 an unexpected error; 2 invalid config (one line naming the
+key, its value and what is allowed: offpolicy.config; Hydra's composition errors too); 5
+the checkpoint is missing, unreadable, corrupt, unsafe or made for another env; 6 the video
 could not be rendered or written (eval.json is still written).
 """
 
@@ -540,4 +540,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from offpolicy.config import hydra_errors_in_one_line
+
+    with hydra_errors_in_one_line():  # Hydra's own config errors: one line, exit status 2
+        main()

@@ -5,10 +5,12 @@ output dir to `offpolicy.runner.Runner`, and turns how the run ended into an
 exit status with a message on stderr:
 
     0    finished
-    1    Hydra could not compose the config (its own message)
+    1    an unexpected error none of the statuses below covers (Hydra prints its traceback)
     2    invalid config: one line naming the key, its value and what is allowed
-         (offpolicy.config), bad CPU ids (offpolicy.affinity), or for a local parallel
-         sweep a CPU plan that does not fit (said once, before any job starts)
+         (offpolicy.config, task options included), Hydra's own composition error (an
+         unknown key, group choice or override syntax, with the valid choices), bad CPU
+         ids (offpolicy.affinity), or for a local parallel sweep a CPU plan that does not
+         fit (said once, before any job starts)
     3    the collector failed: raised (its traceback is printed), died (e.g. SIGKILL),
          hung past runtime.collector_timeout_s (its stack is dumped), or could not start
     4    the learner raised (its traceback is printed)
@@ -92,4 +94,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from offpolicy.config import hydra_errors_in_one_line
+
+    with hydra_errors_in_one_line():  # Hydra's own config errors: one line, exit status 2
+        main()

@@ -30,6 +30,7 @@ import numpy as np
 
 from envs.dmc.model import lean_model, suite_spec
 from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.options import Option
 
 FREE, BALL, SLIDE, HINGE = (
     int(mujoco.mjtJoint.mjJNT_FREE),
@@ -178,7 +179,8 @@ class DmcTask(MujocoTask):
     fresh_sensors = True
     acc_sensors_from_last_substep = True
     reset_without_actuation = True
-    defaults: ClassVar[dict[str, Any]] = {}
+    options: ClassVar[dict[str, Option]] = {}
+    """none: the suite's semantics are fixed (only the time limit, `max_episode_steps`, is an option)"""
     contact_col: int = -1
     """sensordata column of the contact counter, for tasks that reject penetrating initial states"""
 

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from envs.options import Integer, Option, parse_options
+
 
 def gymnasium_asset(filename: str) -> str:
     """Path of an MJCF file shipped inside the installed gymnasium package (never copied)."""
@@ -103,19 +105,22 @@ class MujocoTask:
     reset_without_actuation: ClassVar[bool] = False
     """With `fresh_sensors`: evaluate the sensors of a new episode's state with actuation disabled
     (dm_control's `after_reset`, in a third pool), so acceleration-stage sensors see no actuator forces."""
-    defaults: ClassVar[dict[str, Any]] = {}
-    """Gymnasium keyword arguments and their values (all tunable through task overrides)."""
+    options: ClassVar[dict[str, Option]] = {}
+    """The task's Gymnasium keyword options: the default, type and bounds of each (all tunable through
+    task overrides; `max_episode_steps` is every task's, see `option_specs`)."""
     gymnasium_fixed_kwargs: ClassVar[dict[str, Any]] = {}
     """Gymnasium keyword options this task always matches (terms the pool cannot provide)."""
 
     def __init__(self, **overrides: Any) -> None:
-        unknown = sorted(set(overrides) - set(self.defaults) - {"max_episode_steps"})
-        if unknown:
-            raise ValueError(
-                f"unknown option(s) {unknown} for task {self.name!r}; valid: {sorted(self.defaults) + ['max_episode_steps']}"
-            )
-        self.max_episode_steps = int(overrides.pop("max_episode_steps", type(self).max_episode_steps))
-        self.cfg = {**self.defaults, **overrides}
+        """Check `overrides` against `option_specs()` (`OptionError`, one line, at the first bad one)."""
+        cfg = parse_options(self.name, self.option_specs(), overrides)
+        self.max_episode_steps = cfg.pop("max_episode_steps")
+        self.cfg = cfg
+
+    @classmethod
+    def option_specs(cls) -> dict[str, Option]:
+        """Every option the constructor takes: the task's own, then the time limit (episodes of at least one step)."""
+        return {**cls.options, "max_episode_steps": Integer(cls.max_episode_steps, gt=0)}
 
     # --- model -----------------------------------------------------------------
     def build_spec(self) -> mujoco.MjSpec:

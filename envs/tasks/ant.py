@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.mujoco.task import MujocoTask, PhysicsView, rows_finite
+from envs.options import Flag, Interval, Real
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -29,13 +30,13 @@ class Ant(MujocoTask):
     gymnasium_id = "Ant-v5"
     xml_file = "ant.xml"
     frame_skip = 5
-    defaults = dict(
-        forward_reward_weight=1.0,
-        ctrl_cost_weight=0.5,
-        healthy_reward=1.0,
-        terminate_when_unhealthy=True,
-        healthy_z_range=(0.2, 1.0),
-        reset_noise_scale=0.1,
+    options = dict(  # types and bounds: envs/tasks/__init__.py
+        forward_reward_weight=Real(1.0, ge=0),
+        ctrl_cost_weight=Real(0.5, ge=0),
+        healthy_reward=Real(1.0),
+        terminate_when_unhealthy=Flag(True),
+        healthy_z_range=Interval(0.2, 1.0),
+        reset_noise_scale=Real(0.1, ge=0),
     )
     gymnasium_fixed_kwargs = dict(include_cfrc_ext_in_observation=False, contact_cost_weight=0.0)
 

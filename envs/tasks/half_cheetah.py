@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.options import Real
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -19,7 +20,11 @@ class HalfCheetah(MujocoTask):
     gymnasium_id = "HalfCheetah-v5"
     xml_file = "half_cheetah.xml"
     frame_skip = 5
-    defaults = dict(forward_reward_weight=1.0, ctrl_cost_weight=0.1, reset_noise_scale=0.1)
+    options = dict(  # types and bounds: envs/tasks/__init__.py
+        forward_reward_weight=Real(1.0, ge=0),
+        ctrl_cost_weight=Real(0.1, ge=0),
+        reset_noise_scale=Real(0.1, ge=0),
+    )
 
     @property
     def reward_range(self) -> tuple[float, float]:

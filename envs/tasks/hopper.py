@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.mujoco.task import MujocoTask, PhysicsView, clip, rows_within
+from envs.options import Flag, Interval, Real
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -21,15 +22,15 @@ class Hopper(MujocoTask):
     gymnasium_id = "Hopper-v5"
     xml_file = "hopper.xml"
     frame_skip = 4
-    defaults = dict(
-        forward_reward_weight=1.0,
-        ctrl_cost_weight=1e-3,
-        healthy_reward=1.0,
-        terminate_when_unhealthy=True,
-        healthy_state_range=(-100.0, 100.0),
-        healthy_z_range=(0.7, float("inf")),
-        healthy_angle_range=(-0.2, 0.2),
-        reset_noise_scale=5e-3,
+    options = dict(  # types and bounds: envs/tasks/__init__.py
+        forward_reward_weight=Real(1.0, ge=0),
+        ctrl_cost_weight=Real(1e-3, ge=0),
+        healthy_reward=Real(1.0),
+        terminate_when_unhealthy=Flag(True),
+        healthy_state_range=Interval(-100.0, 100.0),
+        healthy_z_range=Interval(0.7, float("inf")),
+        healthy_angle_range=Interval(-0.2, 0.2),
+        reset_noise_scale=Real(5e-3, ge=0),
     )
 
     @property

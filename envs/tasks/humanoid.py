@@ -21,6 +21,7 @@ import mujoco
 import numpy as np
 
 from envs.mujoco.task import MujocoTask, PhysicsView
+from envs.options import Flag, Interval, Real
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -32,13 +33,13 @@ class Humanoid(MujocoTask):
     xml_file = "humanoid.xml"
     frame_skip = 5
     fresh_sensors = True
-    defaults = dict(
-        forward_reward_weight=1.25,
-        ctrl_cost_weight=0.1,
-        healthy_reward=5.0,
-        terminate_when_unhealthy=True,
-        healthy_z_range=(1.0, 2.0),
-        reset_noise_scale=1e-2,
+    options = dict(  # types and bounds: envs/tasks/__init__.py
+        forward_reward_weight=Real(1.25, ge=0),
+        ctrl_cost_weight=Real(0.1, ge=0),
+        healthy_reward=Real(5.0),
+        terminate_when_unhealthy=Flag(True),
+        healthy_z_range=Interval(1.0, 2.0),
+        reset_noise_scale=Real(1e-2, ge=0),
     )
     gymnasium_fixed_kwargs = dict(
         include_cinert_in_observation=False,

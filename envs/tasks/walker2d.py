@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.mujoco.task import MujocoTask, PhysicsView, clip
+from envs.options import Flag, Interval, Real
 from envs.tasks.reward_bounds import locomotion_reward_range
 
 
@@ -20,14 +21,14 @@ class Walker2d(MujocoTask):
     gymnasium_id = "Walker2d-v5"
     xml_file = "walker2d_v5.xml"
     frame_skip = 4
-    defaults = dict(
-        forward_reward_weight=1.0,
-        ctrl_cost_weight=1e-3,
-        healthy_reward=1.0,
-        terminate_when_unhealthy=True,
-        healthy_z_range=(0.8, 2.0),
-        healthy_angle_range=(-1.0, 1.0),
-        reset_noise_scale=5e-3,
+    options = dict(  # types and bounds: envs/tasks/__init__.py
+        forward_reward_weight=Real(1.0, ge=0),
+        ctrl_cost_weight=Real(1e-3, ge=0),
+        healthy_reward=Real(1.0),
+        terminate_when_unhealthy=Flag(True),
+        healthy_z_range=Interval(0.8, 2.0),
+        healthy_angle_range=Interval(-1.0, 1.0),
+        reset_noise_scale=Real(5e-3, ge=0),
     )
 
     @property

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from test_eval import task_checkpoint
 
 import envs
@@ -20,6 +21,8 @@ from offpolicy.config import (
     RunConfig,
     coerce,
     describe,
+    hydra_error_line,
+    hydra_errors_in_one_line,
     validate_eval_config,
     validate_train_config,
 )
@@ -70,7 +73,7 @@ def test_every_shipped_config_is_valid(algo, env):
         (["env.name=cartpole"], f"env.name=cartpole: must be one of {', '.join(envs.registry_names())}"),
         (
             ["env=dmc_dog_run", "+env.options.healthy_reward=1"],
-            "env.options={healthy_reward: 1}: unknown option(s) ['healthy_reward'] for task 'dmc_dog_run'; valid: ['max_episode_steps']",
+            "env.options.healthy_reward=1: unknown option of task dmc_dog_run; valid: max_episode_steps",
         ),
         (["train.total_env_steps=-5"], "train.total_env_steps=-5: must be an integer > 0 or null"),
         (
@@ -130,11 +133,49 @@ def test_unknown_algo_keys_list_the_schema():
 
 def test_task_options_are_checked_by_the_task_before_anything_starts():
     message = refusal(train_cfg("env=hopper", "+env.options.healthy_rewrd=0.5"))
-    assert message.startswith("env.options={healthy_rewrd: 0.5}: unknown option(s) ['healthy_rewrd'] for task 'hopper'")
-    assert "'healthy_reward'" in message
+    assert message == (
+        "env.options.healthy_rewrd=0.5: unknown option of task hopper; valid: forward_reward_weight, "
+        "ctrl_cost_weight, healthy_reward, terminate_when_unhealthy, healthy_state_range, healthy_z_range, "
+        "healthy_angle_range, reset_noise_scale, max_episode_steps"
+    )
     assert validate_train_config(train_cfg("env=hopper", "+env.options.healthy_reward=0.5")).env.options == {
         "healthy_reward": 0.5
     }
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["env=hopper", "+env.options.healthy_reward=abc"], "env.options.healthy_reward=abc: must be a finite number"),
+        (
+            ["env=hopper", "+env.options.healthy_z_range=[1.2,0.7]"],
+            "env.options.healthy_z_range=[1.2, 0.7]: must be two numbers [low, high] with low < high "
+            "(either may be inf or -inf)",
+        ),  # fmt: skip
+        (
+            ["env=ant", "+env.options.ctrl_cost_weight=-1"],
+            "env.options.ctrl_cost_weight=-1: must be a finite number >= 0",
+        ),
+        (
+            ["env=walker2d", "+env.options.terminate_when_unhealthy=sometimes"],
+            "env.options.terminate_when_unhealthy=sometimes: must be true or false",
+        ),  # fmt: skip
+        (
+            ["env=dmc_dog_run", "+env.options.max_episode_steps=0"],
+            "env.options.max_episode_steps=0: must be an integer > 0",
+        ),
+    ],
+)
+def test_task_option_values_are_typed_and_bounded(overrides, message):
+    assert refusal(train_cfg(*overrides)) == message
+
+
+def test_good_task_options_pass_as_written():
+    """The run keeps the options as the user wrote them; the task converts them (lists to ranges) itself."""
+    run = validate_train_config(
+        train_cfg("env=hopper", "+env.options.healthy_z_range=[0.5,inf]", "+env.options.max_episode_steps=1")
+    )
+    assert run.env.options == {"healthy_z_range": [0.5, float("inf")], "max_episode_steps": 1}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: device=cuda is valid")
@@ -187,6 +228,68 @@ def test_eval_config():
     )
 
 
+# --------------------------------------------------------------------------- Hydra's own errors
+
+
+def hydra_error(*overrides: str, config_name: str = "config") -> Exception:
+    """The exception Hydra raises composing the repository's config with `overrides`."""
+    with pytest.raises(HydraException) as err:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            compose(config_name=config_name, overrides=list(overrides))
+    return err.value
+
+
+@pytest.mark.parametrize(
+    "overrides,line",
+    [
+        (["algo=nope"], "algo=nope: no such algo config; valid: fastsac, flashsac"),
+        (["budget=1h"], "budget=1h: no such budget config; valid: 15min, 8min, none"),
+        (
+            ["train.total_env_step=5"],
+            "train.total_env_step=5: unknown key (did you mean train.total_env_steps?); "
+            "to add a new key write +train.total_env_step=5",
+        ),  # fmt: skip
+        (
+            ["replay.size=5"],
+            "replay.size=5: unknown key (valid keys of replay: capacity); to add a new key write +replay.size=5",
+        ),
+        (
+            ["env.options.healthy_reward=2"],
+            "env.options.healthy_reward=2: unknown key (env.options has no keys); "
+            "to add a new key write +env.options.healthy_reward=2",
+        ),  # fmt: skip
+        (["sed=1"], "sed=1: unknown key (did you mean seed?); to add a new key write +sed=1"),
+        (
+            ["zzzz=1"],
+            "zzzz=1: unknown key (valid top-level keys: hydra, env, algo, affinity, replay, logger, runtime, seed, "
+            "device, experiment, train, eval, checkpoint); to add a new key write +zzzz=1",
+        ),  # fmt: skip
+        (["+env.options.x=[1"], "+env.options.x=[1: cannot parse this override (no viable alternative at input '[1')"),
+        (["~nothing"], "Could not delete from config. 'nothing' does not exist."),
+    ],
+)
+def test_hydra_errors_read_as_one_line_naming_the_key_or_choice_and_the_valid_ones(overrides, line):
+    assert hydra_error_line(hydra_error(*overrides)) == line
+
+
+def test_the_entry_wrapper_exits_2_on_hydras_errors_only_and_restores_hydra(capsys):
+    from hydra._internal import utils
+
+    original = utils.run_and_report
+    with hydra_errors_in_one_line():
+        assert utils.run_and_report(lambda: 7) == 7
+        with pytest.raises(SystemExit) as stop:
+            utils.run_and_report(lambda: (_ for _ in ()).throw(hydra_error("algo=nope")))
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "[offpolicy] invalid config: algo=nope: no such algo config; valid: fastsac, flashsac"
+        ]
+        with pytest.raises(SystemExit) as stop:  # anything else is Hydra's to report, as before
+            utils.run_and_report(lambda: 1 / 0)
+        assert stop.value.code == 1 and "ZeroDivisionError" in capsys.readouterr().err
+    assert utils.run_and_report is original
+
+
 # --------------------------------------------------------------------------- the CLIs
 
 
@@ -214,6 +317,86 @@ def test_train_cli_refuses_bad_input_before_the_collector_starts(tmp_path, overr
     assert left <= {".hydra", "train.log"}  # Hydra's own files; no collector, metrics, checkpoint or W&B run
 
 
+ALL_ENVS = ", ".join(envs.registry_names())
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["env=hopper", "+env.options.healthy_reward=abc"], "env.options.healthy_reward=abc: must be a finite number"),
+        (
+            ["env=hopper", "+env.options.healthy_z_range=5"],
+            "env.options.healthy_z_range=5: must be two numbers [low, high] with low < high (either may be inf or -inf)",
+        ),
+        (["env=hopper", "+env.options.max_episode_steps=0"], "env.options.max_episode_steps=0: must be an integer > 0"),
+        (
+            ["env=dmc_cheetah_run", "+env.options.max_episode_steps=-3"],
+            "env.options.max_episode_steps=-3: must be an integer > 0",
+        ),
+        (
+            ["train.total_env_step=5"],
+            "train.total_env_step=5: unknown key (did you mean train.total_env_steps?); "
+            "to add a new key write +train.total_env_step=5",
+        ),  # fmt: skip
+        (["env=doesnotexist"], f"env=doesnotexist: no such env config; valid: {ALL_ENVS}"),
+        (["algo=nope"], "algo=nope: no such algo config; valid: fastsac, flashsac"),
+    ],
+)
+def test_train_cli_reported_inputs_are_one_line_with_status_2(tmp_path, args, message):
+    """Were: a 26-line collector traceback (exit 3) for the first two, 1-step and 0-step episodes that exited 0
+    for the next two, and Hydra's multi-line messages with exit status 1 for the last three."""
+    run_dir = tmp_path / "run"
+    proc = run_cli("offpolicy.train", *args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert proc.stderr.splitlines() == [f"[offpolicy] invalid config: {message}"]
+    assert proc.returncode == 2 and proc.stdout == ""
+    left = {p.name for p in run_dir.iterdir()} if run_dir.exists() else set()
+    assert left <= {".hydra", "train.log"}  # no collector, metrics or checkpoint
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["env=doesnotexist"], f"env=doesnotexist: no such env config; valid: {ALL_ENVS}"),
+        (["episods=3"], "episods=3: unknown key (did you mean episodes?); to add a new key write +episods=3"),
+        (["logger=nope"], "logger=nope: no such logger config; valid: none, wandb"),
+    ],
+)
+def test_eval_cli_hydra_errors_are_one_line_with_status_2(tmp_path, args, message):
+    proc = run_cli("offpolicy.eval", "checkpoint=x.pt", *args, f"hydra.run.dir={tmp_path / 'o'}", cwd=tmp_path)
+    assert proc.stderr.splitlines() == [f"[offpolicy] invalid config: {message}"]
+    assert proc.returncode == 2
+
+
+def test_multirun_hydra_errors_are_one_line_too_and_hydra_full_error_keeps_hydras_report(tmp_path):
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    proc = run_cli("offpolicy.train", "-m", "seed=0,1", "algo=nope", sweep, cwd=tmp_path)
+    assert proc.stderr.splitlines() == [
+        "[offpolicy] invalid config: algo=nope: no such algo config; valid: fastsac, flashsac"
+    ]
+    assert proc.returncode == 2 and not (tmp_path / "sweep" / "0").exists()
+    full = run_cli("offpolicy.train", "algo=nope", cwd=tmp_path, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1 and "Traceback" in full.stderr and "MissingConfigException" in full.stderr
+
+
+def test_help_and_cfg_still_work_smoke(tmp_path):
+    """Smoke test: Hydra's --help and --cfg job print and exit 0 through the wrapped entry point."""
+    helped = run_cli("offpolicy.train", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "== Configuration groups ==" in helped.stdout
+    shown = run_cli("offpolicy.eval", "--cfg", "job", "checkpoint=x.pt", cwd=tmp_path)
+    assert shown.returncode == 0 and "checkpoint: x.pt" in shown.stdout
+
+
+def test_eval_cli_checks_option_values_in_one_line(tmp_path):
+    path = task_checkpoint(tmp_path / "hopper.pt")
+    args = [f"checkpoint={path}", "+env_options.healthy_z_range=5", f"hydra.run.dir={tmp_path / 'o'}"]
+    proc = run_cli("offpolicy.eval", *args, cwd=tmp_path)
+    assert proc.stderr.splitlines() == [
+        "[offpolicy] invalid config: env_options.healthy_z_range=5: "
+        "must be two numbers [low, high] with low < high (either may be inf or -inf)"
+    ]
+    assert proc.returncode == 2 and not (tmp_path / "o" / "eval.json").exists()
+
+
 def test_eval_cli_refuses_zero_episodes(tmp_path):
     """Was: a 10-line traceback."""
     path = task_checkpoint(tmp_path / "hopper.pt")
@@ -231,7 +414,8 @@ def test_eval_cli_checks_task_options_in_one_line(tmp_path):
     )
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("[offpolicy] invalid config: env_options={speed: 2}: unknown option(s) ['speed'] for task")
+    assert line.startswith("[offpolicy] invalid config: env_options.speed=2: unknown option of task hopper; valid: ")
+    assert line.endswith(", reset_noise_scale, max_episode_steps")
 
 
 @pytest.mark.parametrize("backend", ["osmesa", "egl", "glx"])
