@@ -91,9 +91,9 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
 
 @pytest.mark.serial
 def test_kept_busy_cpus_really_spin():
-    """The spinners behind `replay_run(busy_cpus=...)` never sleep or block: runnable at every look for 1 s, no
-    voluntary context switch, CPU time used. How much CPU they get depends on what else runs on their CPU, so
-    that share is not asserted: the scheduler's view of them holds on a loaded machine too."""
+    """The spinners behind `replay_run(busy_cpus=...)` never sleep or block: runnable at (nearly) every look for
+    1 s, (nearly) no voluntary context switch, CPU time used. How much CPU they get depends on what else runs on
+    their CPU, so that share is not asserted: the scheduler's view of them holds on a loaded machine too."""
     from benchmark.offpolicy.replay import cpus_kept_busy
 
     with cpus_kept_busy([0]) as procs:
@@ -105,8 +105,10 @@ def test_kept_busy_cpus_really_spin():
             time.sleep(0.01)
         end = _sched_counts(proc.pid)
         assert os.sched_getaffinity(proc.pid) == {0}
-    assert states == ["R"] * len(states), states  # running or waiting for its CPU, never sleeping
-    assert end["voluntary_ctxt_switches"] == start["voluntary_ctxt_switches"]  # it never gave its CPU up
+    # running or waiting for its CPU; a busy machine may page a process out and in (a short wait on the disk)
+    assert states.count("R") >= 0.9 * len(states), states
+    # one that sleeps between rounds gives its CPU up hundreds of times a second
+    assert end["voluntary_ctxt_switches"] - start["voluntary_ctxt_switches"] < 20, (start, end)
     assert end["cpu_s"] > start["cpu_s"]
     assert not proc.is_alive()
 
