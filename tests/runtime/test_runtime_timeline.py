@@ -66,8 +66,9 @@ def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rew
     published, in the ingress write that overlaps the learner's inference, never between step and publish;
     the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`, its `perf/ingest_wait_ms`).
 
-    Everything is checked by ordering the recorded events (the timeline's and the env's reward work, on one
-    monotonic clock), never by how long a phase took: it holds however busy the machine is."""
+    Checked by ordering the recorded events (the timeline's and the env's reward work, on one monotonic
+    clock), not by how long a phase took, so it holds on a loaded machine too; the only allowances for the
+    scheduler are that most ticks (not all) overlap and 1 ms on the mean wait."""
     ticks, num_envs, busy_ms = 30, 4, 20.0
     record = run_dir / "record.npz"
     cfg = make_cfg(
@@ -96,8 +97,8 @@ def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rew
     assert all(ingest[t][1] >= finish[t, 1] for t in range(ticks))
     (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # the row's figures are per tick over all 30: the ingest is inside its timeline phase, and its wait at
-    # least the part of that phase before the reward work ended (1 ms per tick of slack: the clock is read
-    # a few instructions into the phase)
+    # least the part of that phase before the reward work ended (less 1 ms on the mean: the wait's clock is
+    # read a few instructions into the phase)
     wait_lower_ms = sum(max(0, finish[t, 1] - ingest[t][0]) for t in range(ticks)) / 1e6 / ticks
     phase_ms = sum(e - s for s, e in ingest.values()) / 1e6 / ticks
     assert wait_lower_ms > 0.0
