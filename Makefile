@@ -31,12 +31,24 @@ endef
 
 .PHONY: train test lint clean torch tables
 
+# (re)makes $(VENV) unless its python runs pip: a setup stopped part-way (Ctrl-C while venv
+# installs pip, or while pip upgrades itself) leaves a venv without, which the next make starts over
+MAKE_VENV = $(strip $(PYTHON) -m venv --clear $(VENV_ARGS) $(VENV))
+define make_venv
+	@$(PY) -m pip --version >/dev/null 2>&1 || { echo "$(MAKE_VENV)"; $(MAKE_VENV); }
+endef
+
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+	$(make_venv)
 	$(PY) -m pip install -q --upgrade pip
 	$(install_torch)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
+
+# the venv step alone (a venv with pip, nothing installed yet)
+.PHONY: venv
+venv:
+	$(make_venv)
 
 # the torch step alone, on an existing venv
 torch:

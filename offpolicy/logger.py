@@ -42,6 +42,8 @@ STEP_KEY = "env_steps"
 TIME_KEY = "time/elapsed_s"
 RATE_SMOOTHING = 0.5
 """weight of the newest refresh window in the progress line's recent rate (its ETA)"""
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+"""tqdm's bar without its own time left, which counts the warm-up: the ETA is `LearningRate`'s, in the postfix"""
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
@@ -308,6 +310,48 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, float]]]:
         return list(reader.fieldnames or []), rows
 
 
+class LearningRate:
+    """Env steps per second of the learning phase, the ETA's rate.
+
+    The random warm-up before the first update steps far faster than training: a rate that counts it makes
+    the ETA grow for minutes once learning starts. `observe` takes every tick's counters and marks where the
+    updates first advanced; `close_window`, at each refresh, folds the window's learning part into an
+    exponential moving average over windows, so slow first update phases (a compile warm-up) fade as well.
+    """
+
+    def __init__(self, smoothing: float = RATE_SMOOTHING) -> None:
+        self.smoothing = smoothing
+        self.per_s: float | None = None
+        """None until a window of the learning phase closed"""
+        self._prev: tuple[float, int, int] | None = None  # the last tick before learning: time, env steps, updates
+        self._mark: tuple[float, int] | None = None  # time and env steps where the open window's learning began
+
+    def observe(self, now: float, env_steps: int, updates: int) -> None:
+        """A tick's counters; learning began after the last tick whose update count had not advanced."""
+        if self._mark is not None:
+            return
+        if self._prev is not None and updates > self._prev[2]:
+            self._mark = self._prev[:2]
+        else:
+            self._prev = (now, env_steps, updates)
+
+    def close_window(self, now: float, env_steps: int) -> None:
+        """At a refresh: the env steps since the window's learning began join the average (none: it goes on)."""
+        if self._mark is None or env_steps <= self._mark[1] or now <= self._mark[0]:
+            return
+        t0, steps0 = self._mark
+        rate = (env_steps - steps0) / (now - t0)
+        a = self.smoothing
+        self.per_s = rate if self.per_s is None else a * rate + (1 - a) * self.per_s
+        self._mark = (now, env_steps)
+
+    def eta_s(self, total: int | None, env_steps: int) -> float | None:
+        """Seconds until `total` env steps at the learning phase's rate; None without a total or a rate yet."""
+        if not total or env_steps >= total or not self.per_s:
+            return None
+        return (total - env_steps) / self.per_s
+
+
 class Progress:
     """Console progress: a tqdm bar on a terminal, plain periodic lines otherwise (CI, Slurm logs).
 
@@ -335,8 +379,8 @@ class Progress:
         self._redirect: Any = None
         self._t0: float | None = None
         self._last = (0.0, 0, 0)  # time, env steps, updates at the last refresh
-        self._recent_rate: float | None = None
-        """env steps per second, an exponential moving average over refresh windows (the ETA's rate)"""
+        self.rate = LearningRate()
+        """the ETA's rate: env steps per second of the learning phase"""
         self._latest = (0, 0)  # env steps, updates at the last update()
         self._next_refresh = 0.0
         self._closed = False
@@ -347,6 +391,7 @@ class Progress:
             return
         self._latest = (env_steps, updates)
         now = time.perf_counter() if now is None else now
+        self.rate.observe(now, env_steps, updates)
         if self._t0 is None:
             self._start(now, env_steps, updates)
             return
@@ -372,6 +417,9 @@ class Progress:
                 file=self.stream,
                 desc="env steps",
                 smoothing=0.1,
+                mininterval=0,  # `interval_s` paces the refreshes: each shows
+                miniters=1,
+                **({"bar_format": BAR_FORMAT} if self.total else {}),
             )
 
     def _refresh(self, env_steps: int, updates: int, now: float) -> None:
@@ -379,16 +427,15 @@ class Progress:
         dt = max(now - t_prev, 1e-9)
         steps_per_s = (env_steps - steps_prev) / dt
         updates_per_s = (updates - updates_prev) / dt
-        if env_steps > steps_prev:  # the warm-up's slow first windows fade instead of weighing on the ETA for good
-            a = RATE_SMOOTHING
-            self._recent_rate = (
-                steps_per_s if self._recent_rate is None else a * steps_per_s + (1 - a) * self._recent_rate
-            )
+        self.rate.close_window(now, env_steps)
         self._last, self._next_refresh = (now, env_steps, updates), now + self.interval_s
         if self._bar is not None:
             postfix = {"upd/s": _rate(updates_per_s)}
             if self.last_return is not None:
                 postfix[self.last_return[0].replace(" ", "_")] = f"{self.last_return[1]:.1f}"
+            eta = self.rate.eta_s(self.total, env_steps)
+            if eta is not None:
+                postfix["ETA"] = _hms(eta)
             self._bar.set_postfix(postfix, refresh=False)
             self._bar.update(env_steps - self._bar.n)
             return
@@ -407,8 +454,9 @@ class Progress:
         if self.last_return is not None:
             parts.append(f"{self.last_return[0]} {self.last_return[1]:.2f}")
         parts.append(f"elapsed {_hms(elapsed)}")
-        if self.total and env_steps < self.total and self._recent_rate:
-            parts.append(f"ETA {_hms((self.total - env_steps) / self._recent_rate)}")
+        eta = self.rate.eta_s(self.total, env_steps)
+        if eta is not None:
+            parts.append(f"ETA {_hms(eta)}")
         return "[progress] " + " | ".join(parts)
 
     def close(self) -> None:

@@ -5,7 +5,9 @@ Finds every run under the directory (a folder holding `metrics.csv` or
 runs by env and algo, aligns the seeds of a group on a common grid (linear
 interpolation over the range every seed covers) and draws the median (or mean)
 and the min-max (or std) band over seeds against env steps and against
-wall-clock seconds, one row per env, to one PNG. No W&B needed.
+wall-clock seconds, one row per env, to one PNG. No W&B needed. A folder with
+metrics that is left off (no config, or no row of the metric) is named on
+stderr with the reason.
 
 Snapshot evaluations (`eval/*` rows, `offpolicy.evaluation`) are placed where
 their snapshot was taken (`eval/env_steps`, `eval/snapshot_s`), not where their
@@ -143,24 +145,48 @@ def find_runs(root: str | Path) -> list[RunRecord]:
     root = Path(root)
     if not root.is_dir():
         raise PlotArgumentError(f"dir={root}: {'is not a directory' if root.exists() else 'does not exist'}")
+    return [run for run in map(_read_run, _run_dirs(root)) if isinstance(run, RunRecord)]
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """Folders under `root` holding a metrics file, W&B's own files left out."""
     candidates = {p.parent for name in ("metrics.csv", "metrics.jsonl") for p in root.rglob(name)}
-    runs = []
-    for run_dir in sorted(candidates):
-        if "wandb" in run_dir.relative_to(root).parts:
-            continue
-        cfg = _read_config(run_dir)
-        if cfg is None:
-            continue
-        rows = read_rows(run_dir)
-        if not rows:
-            continue
-        keys = sorted({k for row in rows for k in row})
-        columns = {k: np.array([row.get(k, math.nan) for row in rows], dtype=np.float64) for k in keys}
-        env = (cfg.get("env") or {}).get("name", "env") if isinstance(cfg.get("env"), dict) else "env"
-        algo = (cfg.get("algo") or {}).get("name", "algo") if isinstance(cfg.get("algo"), dict) else "algo"
-        seed = cfg.get("seed", 0)
-        runs.append(RunRecord(run_dir, str(env), str(algo), int(seed) if isinstance(seed, int) else 0, columns))
-    return runs
+    return [d for d in sorted(candidates) if "wandb" not in d.relative_to(root).parts]
+
+
+def _read_run(run_dir: Path) -> RunRecord | str:
+    """The run in `run_dir`, or why it is none."""
+    cfg = _read_config(run_dir)
+    if cfg is None:
+        return f"no {' or '.join(CONFIG_NAMES)} next to its metrics"
+    rows = read_rows(run_dir)
+    if not rows:
+        return "its metrics file has no rows"
+    keys = sorted({k for row in rows for k in row})
+    columns = {k: np.array([row.get(k, math.nan) for row in rows], dtype=np.float64) for k in keys}
+    env = (cfg.get("env") or {}).get("name", "env") if isinstance(cfg.get("env"), dict) else "env"
+    algo = (cfg.get("algo") or {}).get("name", "algo") if isinstance(cfg.get("algo"), dict) else "algo"
+    seed = cfg.get("seed", 0)
+    return RunRecord(run_dir, str(env), str(algo), int(seed) if isinstance(seed, int) else 0, columns)
+
+
+def skipped_runs(root: str | Path, metric: str) -> list[str]:
+    """One line per folder under `root` whose metrics are not on the plot of `metric`: the folder and why."""
+    lines = []
+    for run_dir in _run_dirs(Path(root)):
+        run = _read_run(run_dir)
+        if isinstance(run, RunRecord):
+            if run.curve(metric, STEP_KEY) is not None:
+                continue
+            reason = f"no {metric} rows"
+            if metric.startswith("eval/"):
+                reason += " (no snapshot evaluation finished in it)"
+            fallback = next((m for m in DEFAULT_METRICS if m != metric and run.curve(m, STEP_KEY) is not None), None)
+            if fallback is not None:
+                reason += f"; --metric {fallback} plots it"
+            run = reason
+        lines.append(f"skipped {run_dir}: {run}")
+    return lines
 
 
 def choose_metric(runs: list[RunRecord], requested: str | None) -> str:
@@ -228,6 +254,18 @@ def bands(
     return {key: aggregate(curves, spread, center=center) for key, curves in sorted(grouped.items())}
 
 
+def draw_band(ax, band: Band, color: str, label: str) -> None:
+    """The centre line and the spread over seeds; a band of one point (a single logged row) as a marker with
+    the spread as an error bar, since a line through one point draws nothing."""
+    if band.x.size == 1:
+        yerr = np.stack([band.mean - band.low, band.high - band.mean])
+        ax.errorbar(band.x, band.mean, yerr=yerr, fmt="o", color=color, capsize=4, label=label)
+        return
+    ax.plot(band.x, band.mean, color=color, label=label)
+    if band.seeds > 1:
+        ax.fill_between(band.x, band.low, band.high, color=color, alpha=0.2, linewidth=0)
+
+
 def plot(
     root: str | Path,
     out: str | Path | None = None,
@@ -255,12 +293,8 @@ def plot(
         for col, (curves, xlabel) in enumerate(((by_steps, "env steps"), (by_time, "wall-clock (s)"))):
             ax = axes[row][col]
             for (band_env, algo), band in curves.items():
-                if band_env != env:
-                    continue
-                label = f"{algo} ({band.seeds} seed{'s' if band.seeds != 1 else ''})"
-                ax.plot(band.x, band.mean, color=colors[algo], label=label)
-                if band.seeds > 1:
-                    ax.fill_between(band.x, band.low, band.high, color=colors[algo], alpha=0.2, linewidth=0)
+                if band_env == env:
+                    draw_band(ax, band, colors[algo], f"{algo} ({band.seeds} seed{'s' if band.seeds != 1 else ''})")
             ax.set_title(f"{env}: {metric} vs {xlabel}")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(metric)
@@ -385,7 +419,7 @@ def results_table(
     grouped: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for run in runs:
         grouped[(run.env, run.algo)].append(run)
-    at = milestones(runs, metric, seconds)
+    at = {(m.env, m.algo, m.seconds): m for m in milestones(runs, metric, seconds)}
     table = []
     for (env, algo), group in sorted(grouped.items()):
         wanted = tuple(targets.get(env, ()))
@@ -404,7 +438,8 @@ def results_table(
                 env=env,
                 algo=algo,
                 seeds=len(group),
-                at=[m for m in at if (m.env, m.algo) == (env, algo)],
+                # one per time, also for a group that never logged `metric` (its cells say n/a)
+                at=[at.get((env, algo, t), Milestone(env, algo, t, 0, *[math.nan] * 4)) for t in seconds],
                 targets=wanted,
                 time_to_target_s=tuple(float(np.median(t)) for t in times),
                 seeds_reaching=tuple(sum(math.isfinite(x) for x in t) for t in times),
@@ -495,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     except PlotError as exc:
         print(f"[offpolicy.plot] {exc}", file=sys.stderr)
         return 1
+    for line in skipped_runs(args.dir, metric):
+        print(f"[offpolicy.plot] {line}", file=sys.stderr)
     for line in summary_lines(args.dir, metric, args.spread, args.center):
         print(line)
     print(f"[offpolicy.plot] wrote {out}")

@@ -91,22 +91,38 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
 
 @pytest.mark.serial
 def test_kept_busy_cpus_really_spin():
-    """The spinners behind `replay_run(busy_cpus=...)` use their CPU the whole time (user time ~ wall time)."""
+    """The spinners behind `replay_run(busy_cpus=...)` never sleep or block: runnable at (nearly) every look for
+    1 s, (nearly) no voluntary context switch, CPU time used. How much CPU they get depends on what else runs on
+    their CPU, so that share is not asserted: the scheduler's view of them holds on a loaded machine too."""
     from benchmark.offpolicy.replay import cpus_kept_busy
 
-    tick = os.sysconf("SC_CLK_TCK")
     with cpus_kept_busy([0]) as procs:
         (proc,) = procs
-        start = _cpu_s(proc.pid, tick)
-        time.sleep(1.0)
-        used = _cpu_s(proc.pid, tick) - start
+        start = _sched_counts(proc.pid)
+        states = []
+        for _ in range(100):
+            states.append(_state(proc.pid))
+            time.sleep(0.01)
+        end = _sched_counts(proc.pid)
         assert os.sched_getaffinity(proc.pid) == {0}
-    # of 1 s: a spinner that sleeps or blocks uses ~0; one sharing CPU 0 with two other busy processes (the
-    # suite, a second job on this machine) still gets ~1/3
-    assert used > 0.25
+    # running or waiting for its CPU; a busy machine may page a process out and in (a short wait on the disk)
+    assert states.count("R") >= 0.9 * len(states), states
+    # one that sleeps between rounds gives its CPU up hundreds of times a second
+    assert end["voluntary_ctxt_switches"] - start["voluntary_ctxt_switches"] < 20, (start, end)
+    assert end["cpu_s"] > start["cpu_s"]
     assert not proc.is_alive()
 
 
-def _cpu_s(pid: int, tick: int) -> float:
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _sched_counts(pid: int) -> dict[str, float]:
+    """The process's CPU seconds (user + system) and its context switches so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    out = {"cpu_s": (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.endswith("ctxt_switches"):
+            out[key] = int(value)
+    return out

@@ -44,7 +44,8 @@ class FakeEnv(NpEnv):
         self.step_delay_s = step_delay_s
         self.busy_step_s = busy_step_s
         self.deferred_reward_busy_s = deferred_reward_busy_s
-        """> 0: hand the reward back pending (`NpEnvState.finish`), and burn this much CPU finishing it"""
+        """> 0: hand the reward back pending (`NpEnvState.finish`), and burn this much CPU finishing it (recorded
+        as `reward_finish_ns`: its start and end)"""
         self.record_path = record_path
         obs_dims = {ACTOR_OBS_KEY: obs_dim}
         if critic_obs:
@@ -155,7 +156,9 @@ class FakeEnv(NpEnv):
             extra = {"episode_return": info.pop("episode_return")}
 
             def finish(reward=reward, extra=extra, busy_s=self.deferred_reward_busy_s):
+                start = time.perf_counter_ns()  # the runtime's timeline clock: the tests order the work by it
                 _burn(busy_s)
+                self._record(reward_finish_ns=np.array([start, time.perf_counter_ns()]))
                 return reward, extra
 
             return NpEnvState(obs, None, terminated, truncated, info, finish=finish)

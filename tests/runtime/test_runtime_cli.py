@@ -84,14 +84,15 @@ def test_wall_clock_run_from_the_cli_stops_on_time(tmp_path):
         "logger=none",
         "budget=8min",
         "train.max_seconds=6",
-        "logger.interval_env_steps=400",
-        "train.learning_starts=800",
+        # a row and the first update after 10 ticks: the assertions hold at any tick rate a loaded machine gives
+        "logger.interval_env_steps=80",
+        "train.learning_starts=80",
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["completed"] and summary["stop_reason"] == "max_seconds"  # the wall-clock budget ended it
-    assert 6.0 <= summary["loop_s"] < 12.0
-    assert summary["env_steps"] > 400 and summary["updates"] > 0
+    assert 6.0 <= summary["loop_s"] < 12.0  # the deadline is checked after every tick, and ticks take milliseconds
+    assert summary["env_steps"] > 80 and summary["updates"] > 0
     # the calls that compile on CUDA are timed on every device (CPU: eager, so short)
     warmup = summary["warmup_s"]
     assert set(warmup) == {"first_inference", "first_policy_inference", "first_update_phase"}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from runtime_helpers import make_cfg, run_in_process
 
 from offpolicy.timeline import load_intervals
 
-# the assertions compare phase durations in milliseconds: alone on the machine under `make test`
+# runs alone under `make test` (many short phases of two processes), though every assertion orders recorded
+# events and holds on a loaded machine too
 pytestmark = pytest.mark.serial
 
 
@@ -62,37 +64,44 @@ def test_inference_and_update_alternate_tick_by_tick(run_dir):
 def test_the_collector_publishes_the_observation_before_it_finishes_deferred_rewards(run_dir):
     """A step's pending reward (`NpEnvState.finish`, here 20 ms of CPU) is computed after the observation is
     published, in the ingress write that overlaps the learner's inference, never between step and publish;
-    the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`, its `perf/ingest_wait_ms`)."""
+    the learner's ingest, which waits for that write, shows it (`perf/ingest_ms`, its `perf/ingest_wait_ms`).
+
+    Checked by ordering the recorded events (the timeline's and the env's reward work, on one monotonic
+    clock), not by how long a phase took, so it holds on a loaded machine too; the only allowances for the
+    scheduler are that most ticks (not all) overlap and 1 ms on the mean wait."""
     ticks, num_envs, busy_ms = 30, 4, 20.0
+    record = run_dir / "record.npz"
     cfg = make_cfg(
-        env={"num_envs": num_envs, "options": {"deferred_reward_busy_s": busy_ms / 1e3}},
+        env={"num_envs": num_envs, "options": {"deferred_reward_busy_s": busy_ms / 1e3, "record_path": str(record)}},
         train={"total_env_steps": ticks * num_envs},
         runtime={"trace": True},
-        logger={"interval_env_steps": 10 * num_envs},
+        logger={"interval_env_steps": 10 * ticks * num_envs},  # one row, after the loop: every tick's ingest
     )
     runner = run_in_process(cfg, run_dir)
     assert runner.summary["env_steps"] == ticks * num_envs
-    collector = load_intervals(run_dir / "timeline.json", "collector")
-    ms = {
-        phase: sorted((iv["end"] - iv["start"]) / 1e3 for iv in collector if iv["phase"] == phase)
-        for phase in ("task", "publish", "ingress")
-    }
-    assert len(ms["ingress"]) == ticks
-    assert all(d >= busy_ms for d in ms["ingress"]), "every tick's transition waited for its finished reward"
-    median = {phase: d[len(d) // 2] for phase, d in ms.items()}
-    assert median["task"] + median["publish"] < busy_ms / 2, median  # step to publish without the reward work
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    ingest = [r["perf/ingest_ms"] for r in rows if "perf/ingest_ms" in r]
-    inference = [r["perf/inference_tick_ms"] for r in rows if "perf/ingest_ms" in r]
-    assert len(ingest) >= 2
-    # the stand-in's inference takes well under the 8 ms: the ingests waited most of the write out (a row's
-    # median tick at least a quarter of it, whatever the learner's scheduling on a loaded 2-core machine; the
-    # median row at least half); with the reward computed before the publish they would wait ~0
-    assert all(i >= busy_ms / 4 > f for i, f in zip(ingest, inference, strict=True)), (ingest, inference)
-    assert sorted(ingest)[len(ingest) // 2] >= busy_ms / 2, ingest
-    # and that wait is the part `perf/ingest_wait_ms` names; the device sync after the copies has no device here
-    wait = [r["perf/ingest_wait_ms"] for r in rows if "perf/ingest_ms" in r]
-    sync = [r["perf/ingest_sync_ms"] for r in rows if "perf/ingest_ms" in r]
-    assert all(i >= w >= busy_ms / 4 for i, w in zip(ingest, wait, strict=True)), (ingest, wait)
-    assert sorted(wait)[len(wait) // 2] >= busy_ms / 2, wait
-    assert all(s < busy_ms / 8 for s in sync), sync
+    finish = np.load(record)["reward_finish_ns"]  # (start, end) of each step's reward work
+    assert finish.shape == (ticks, 2)
+    collector = {(p, t): (s, e) for p, t, s, e in runner.timeline.collector}
+    learner = {(p, t): (s, e) for p, t, s, e, _ in runner.timeline.host}
+    for t in range(ticks):
+        # the observation went out first; the reward work is part of the transition's ingress write
+        assert collector["publish", t][1] <= finish[t, 0], t
+        assert collector["ingress", t][0] <= finish[t, 0] < finish[t, 1] <= collector["ingress", t][1], t
+    # the learner's inference of tick t+1 started while the collector still finished tick t's reward (with
+    # the reward computed before the publish it never could); a loaded machine may delay the learner's
+    # wake-up past the reward work on some ticks, not on most of them
+    overlapped = [learner["inference", t + 1][0] < finish[t, 1] for t in range(ticks - 1)]
+    assert sum(overlapped) > len(overlapped) // 2, overlapped
+    # each ingest of transition t (in tick t+1) ends after its reward was finished: it waited for the commit
+    ingest = {t: learner["ingest", t + 1] for t in range(ticks)}
+    assert all(ingest[t][1] >= finish[t, 1] for t in range(ticks))
+    (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # the row's figures are per tick over all 30: the ingest is inside its timeline phase, and its wait at
+    # least the part of that phase before the reward work ended (less 1 ms on the mean: the wait's clock is
+    # read a few instructions into the phase)
+    wait_lower_ms = sum(max(0, finish[t, 1] - ingest[t][0]) for t in range(ticks)) / 1e6 / ticks
+    phase_ms = sum(e - s for s, e in ingest.values()) / 1e6 / ticks
+    assert wait_lower_ms > 0.0
+    assert row["perf/ingest_wait_ms"] >= wait_lower_ms - 1.0, (row["perf/ingest_wait_ms"], wait_lower_ms)
+    # and the wait and the device sync after the copies (no device here) are disjoint parts of the ingest
+    assert row["perf/ingest_wait_ms"] + row["perf/ingest_sync_ms"] <= row["perf/ingest_ms"] <= phase_ms + 1e-6

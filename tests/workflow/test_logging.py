@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 from sizes import TINY_HOPPER_CLI
 
-from offpolicy.logger import MetricsLogger, Progress, RunContext, wandb_init_kwargs, wandb_mode
+from offpolicy.logger import LearningRate, MetricsLogger, Progress, RunContext, wandb_init_kwargs, wandb_mode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -200,6 +200,60 @@ def test_eta_comes_from_the_recent_rate_and_slow_updates_keep_a_decimal():
     # recent rate (moving average 1 -> 50.5 -> 75.2 -> 87.6 -> 93.8/s): 5,990 steps in 63 s; the whole run's
     # average (80/s) said 74 s and the true rate 60 s
     assert last.endswith("ETA 0:01:03")
+
+
+def warm_up_then_learning(progress: Progress, until_s: int) -> None:
+    """A tick a second: 40 s of random warm-up at 250 env-steps/s (10,000 steps, no update), then learning at
+    50 env-steps/s and 2 updates a step."""
+    for t in range(until_s + 1):
+        steps = 250 * t if t <= 40 else 10_000 + 50 * (t - 40)
+        progress.update(steps, 2 * max(0, steps - 10_000), now=float(t))
+
+
+def test_the_eta_counts_the_learning_phase_only():
+    """Was: the fast random warm-up counted in the rate, so the ETA grew for minutes once learning began
+    (Ant: 1:30:52, 2:33:43, 3:28:14 within two minutes)."""
+    out = io.StringIO()
+    progress = Progress(total_env_steps=100_000, interval_s=30.0, stream=out)
+    warm_up_then_learning(progress, until_s=150)
+    lines = out.getvalue().strip().splitlines()
+    assert len(lines) == 5  # at 30, 60, 90, 120, 150 s
+    assert "ETA" not in lines[0]  # warm-up only: no learning rate yet
+    # from 40 s on, 50 env-steps/s: at 60 s 89,000 steps are left (1,780 s), then 30 s less at each line
+    etas = [line.rsplit("ETA ", 1)[1] for line in lines[1:]]
+    assert etas == ["0:29:40", "0:29:10", "0:28:40", "0:28:10"]
+
+
+def test_the_learning_rate_starts_after_the_last_tick_without_an_update():
+    rate = LearningRate(smoothing=0.5)
+    rate.observe(0.0, 0, 0)
+    rate.observe(4.0, 4_000, 0)  # random warm-up: 1,000 env-steps/s
+    rate.close_window(5.0, 5_000)
+    assert rate.per_s is None and rate.eta_s(10_000, 5_000) is None  # no update yet, no rate
+    rate.observe(5.0, 5_000, 0)
+    rate.observe(6.0, 5_200, 3)  # the first update: learning began after the tick at 5 s
+    rate.observe(9.0, 5_400, 12)
+    rate.close_window(10.0, 5_500)
+    assert rate.per_s == 100.0  # 500 steps in 5 s
+    rate.close_window(10.0, 5_500)  # a window without progress changes nothing
+    rate.close_window(15.0, 5_800)  # 60/s
+    assert rate.per_s == 0.5 * 60.0 + 0.5 * 100.0
+    assert rate.eta_s(10_000, 5_800) == 4_200 / 80.0
+    assert rate.eta_s(10_000, 10_000) is None and rate.eta_s(None, 5_800) is None
+
+
+def test_the_bar_shows_the_learning_phase_eta():
+    out = Tty()
+    progress = Progress(total_env_steps=100_000, stream=out)
+    warm_up_then_learning(progress, until_s=60)
+    shown = [line for line in out.getvalue().split("\r") if "upd/s" in line]  # one a tick
+    assert len(shown) == 60
+    assert not [line for line in shown[:40] if "ETA" in line]  # none during the warm-up
+    # then tqdm's own time left (which counts the warm-up) is replaced by the learning phase's: 50 env-steps/s
+    etas = [line.rsplit(" ETA=", 1)[1].strip() for line in shown[40:]]
+    assert etas[0] == "0:29:59]" and etas[-1] == "0:29:40]"  # 89,950 then 89,000 steps left
+    assert "<" not in out.getvalue()  # tqdm writes its time left as `elapsed<left`
+    progress.close()
 
 
 def test_a_bar_on_a_terminal():

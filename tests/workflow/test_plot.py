@@ -297,3 +297,73 @@ def test_cli_writes_the_results_table_in_markdown(tmp_path):
     assert proc.returncode == 0, proc.stderr
     row = (tmp_path / "curves_table.md").read_text().splitlines()[2]
     assert "| 40 / 100 | 8.0 min (2/3 seeds) / not reached (0/3 seeds) |" in row
+
+
+# --------------------------------------------------------------------------- runs without the metric, single points
+
+
+def run_plot_cli(root: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "offpolicy.plot", str(root), "--out", str(out), *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def mixed_sweep(root: Path) -> Path:
+    """FastSAC without any snapshot evaluation (training returns only), FlashSAC with eval rows at 0, 10, 20 s."""
+    write_run(root / "0", "fastsac", 0, [0, 1000, 2000], [1.0, 2.0, 3.0], key="train/episode_return")
+    write_run(root / "1", "flashsac", 0, [0, 1000, 2000], [5.0, 50.0, 150.0])
+    return root
+
+
+def test_the_markdown_table_has_one_cell_per_column_when_a_group_lacks_the_metric(tmp_path):
+    """Was: the header took its times from the first group's milestones; a first group without eval rows gave an
+    8-column header over a 10-cell row."""
+    proc = run_plot_cli(mixed_sweep(tmp_path / "m"), tmp_path / "c.png", "--at-seconds", "10", "20", "--targets",
+                        "hopper=100")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    table = (tmp_path / "c_table.md").read_text().splitlines()
+    assert [line.count("|") - 1 for line in table] == [10, 10, 10, 10]
+    assert table[2] == "| fastsac | hopper | 1 | n/a | n/a | n/a | 100 | not reached (0/1 seeds) | n/a | n/a |"
+    assert (
+        table[3]
+        == "| flashsac | hopper | 1 | 50 [50] | 150 [150] | 0.0 M | 100 | not reached (0/1 seeds) | n/a | n/a |"
+    )
+
+
+def test_runs_left_off_the_plot_are_named_with_the_reason(tmp_path):
+    """Was: a run without eval rows (or without a config) was dropped without a word."""
+    root = mixed_sweep(tmp_path / "m")
+    (root / "2").mkdir()
+    (root / "2" / "metrics.jsonl").write_text('{"env_steps": 0, "eval/return": 1.0}\n')  # no config next to it
+    (root / "wandb" / "run-1").mkdir(parents=True)  # W&B's own files are no run: nothing said
+    (root / "wandb" / "run-1" / "metrics.jsonl").write_text('{"env_steps": 0}\n')
+    proc = run_plot_cli(root, tmp_path / "c.png")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"[offpolicy.plot] skipped {root / '0'}: no eval/return rows (no snapshot evaluation finished in it); "
+        "--metric train/episode_return plots it",
+        f"[offpolicy.plot] skipped {root / '2'}: no config_resolved.yaml or .hydra/config.yaml next to its metrics",
+    ]
+    assert "flashsac" in proc.stdout and "fastsac" not in proc.stdout
+    proc = run_plot_cli(root, tmp_path / "c.png", "--metric", "train/episode_return")  # now FlashSAC lacks it
+    assert f"skipped {root / '1'}: no train/episode_return rows; --metric eval/return plots it" in proc.stderr
+
+
+def test_a_curve_of_one_point_is_drawn(tmp_path):
+    """Was: a line through the single point of a run with one logged row, which draws nothing: empty axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    write_run(tmp_path / "r", "fastsac", 0, [0, 1000], [None, 5.0])
+    (band,) = plot.bands(plot.find_runs(tmp_path), "eval/return", plot.STEP_KEY, "minmax").values()
+    assert band.x.tolist() == [1000.0] and band.mean.tolist() == [5.0]
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+    plot.draw_band(ax, band, "C0", "one row")
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[::-1, :, :3].astype(float)  # row 0 at the bottom, as display y
+    blue = np.abs(pixels - 255 * np.array(matplotlib.colors.to_rgb("C0"))).max(axis=-1) < 40
+    x, y = ax.transData.transform((1000.0, 5.0))
+    near = blue[int(y) - 6 : int(y) + 7, int(x) - 6 : int(x) + 7]
+    assert near.sum() >= 20, "nothing drawn at the point"
+    plt.close(fig)

@@ -7,9 +7,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,47 @@ def test_make_train_passes_arguments_and_reports_the_runs_status(tmp_path):
     assert f"[offpolicy] checkpoint not found: {missing}" in proc.stderr  # the run's own line (its status 5)
     assert re.search(r"make: \*\*\* \[Makefile:\d+: train\] Error 5", proc.stderr)
     assert "Error N" in README and "itself exits with 2" in README
+
+
+def runs_pip(python: Path) -> bool:
+    return subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True, timeout=120).returncode == 0
+
+
+@needs_make
+def test_a_setup_interrupted_while_it_makes_the_venv_repairs_itself(tmp_path):
+    """Was: Ctrl-C during the first `make` left a venv without pip, and every later make failed
+    (`No module named pip`) until `make clean`."""
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    cmd = ["make", "-C", str(REPO), "venv", f"VENV={venv}", f"PYTHON={sys.executable}"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not python.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(first.pid, signal.SIGINT)  # as Ctrl-C in a terminal: make and all it started, while pip installs
+    assert first.wait(60) != 0
+    assert python.exists() and not runs_pip(python), "the interrupt came too late: pip was installed already"
+
+    proc = make("venv", f"VENV={venv}", f"PYTHON={sys.executable}")
+    assert proc.returncode == 0, proc.stderr
+    assert runs_pip(python)
+    assert f"{sys.executable} -m venv --clear {venv}" in proc.stdout.splitlines()
+    # the full setup starts with the same step
+    (recipe,) = [line for line in make("-n", "venv", f"VENV={venv}").stdout.splitlines() if "venv" in line]
+    assert recipe in make("-n", f"VENV={venv}", f"{venv}/.installed").stdout.splitlines()
+
+
+@needs_make
+def test_a_venv_that_runs_pip_is_kept(tmp_path):
+    """The venv step leaves a working venv (a user's, or one made with VENV_ARGS) as it is."""
+    log = tmp_path / "calls"
+    fake_python(tmp_path / "venv" / "bin" / "python", log, real=None)  # `-m pip --version` exits 0
+    base = fake_python(tmp_path / "base" / "bin" / "python", tmp_path / "base_calls", real=None)
+    proc = make("venv", f"VENV={tmp_path / 'venv'}", f"PYTHON={base}")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "base_calls").exists()  # no venv made
+    assert log.read_text().splitlines() == ["-m pip --version"]
 
 
 def readme_lines() -> list[str]:
