@@ -48,7 +48,6 @@ Every key is checked by `offpolicy.config.validate_train_config` before anything
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -79,7 +78,13 @@ from offpolicy.checkpoint import (
     require_resumable,
     restore_rng,
 )
-from offpolicy.collector import CollectorConfig, EnvFactory, RecordWindow
+from offpolicy.collector import (
+    CollectorConfig,
+    EnvFactory,
+    RecordWindow,
+    point_mujoco_log_at,
+    restore_mujoco_log,
+)
 from offpolicy.config import ConfigError, import_target, validate_train_config
 from offpolicy.evaluation import EvalSettings, MeanPolicy, eval_metrics, return_statistics, rollout
 from offpolicy.ingress import IngressRing
@@ -216,7 +221,8 @@ class Runner:
         context: RunContext | None = None,
     ) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).absolute()
+        """absolute: nothing after the start depends on the working directory (it may be removed meanwhile)"""
         self.context = context
         """what Hydra told the job (sweep dir, job number; W&B group and name); None outside the CLI"""
         # Every key checked before anything starts (offpolicy.config); a factory passed in owns its group.
@@ -587,13 +593,15 @@ class Runner:
         available = os.sched_getaffinity(0)
         cpus = tuple(c for c in self.affinity.collector_cpus if c in available) or tuple(sorted(available))[:1]
         t0 = time.perf_counter()
-        with contextlib.chdir(self.run_dir):  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the run dir
-            env = replace(self.env_factory, kwargs=kwargs).build(cpus)
-            try:
-                algorithm.snapshot_actor()
-                returns, lengths, _ = rollout(env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True))
-            finally:
-                env.close()
+        env = replace(self.env_factory, kwargs=kwargs).build(cpus)
+        # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the run dir; the working directory is never used (it may be gone)
+        previous_log = point_mujoco_log_at(str(self.run_dir))
+        try:
+            algorithm.snapshot_actor()
+            returns, lengths, _ = rollout(env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True))
+        finally:
+            env.close()
+            restore_mujoco_log(previous_log)
         result = {
             **return_statistics(returns, lengths),
             "policy_version": learner.policy_version,
