@@ -66,6 +66,36 @@ from offpolicy.slots import (
 
 THREAD_CAP_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 """environment variables capped to 1 in the collector (set before its interpreter starts)"""
+MUJOCO_LOG = "MUJOCO_LOG.TXT"
+"""MuJoCo's warning log (by default in the working directory)"""
+_MUJOCO_LOG_PATH_MAX = 1023
+"""longest log path MuJoCo keeps (it cuts longer ones)"""
+
+
+def point_mujoco_log_at(directory: str) -> str | None:
+    """Send MuJoCo's warning log to `<directory>/MUJOCO_LOG.TXT` without changing the working directory.
+
+    Acts only where this process loaded MuJoCo (an env built on it; nothing is imported here). Returns
+    the log file it replaced, for `restore_mujoco_log`, or None when it changed nothing.
+    """
+    mujoco = sys.modules.get("mujoco")
+    path = os.path.join(os.path.abspath(directory), MUJOCO_LOG)
+    if mujoco is None or len(path) > _MUJOCO_LOG_PATH_MAX:
+        return None
+    config = mujoco.MjLogConfig.get()
+    previous = config.logfile
+    config.logfile = path
+    config.set()
+    return previous
+
+
+def restore_mujoco_log(previous: str | None) -> None:
+    """Undo `point_mujoco_log_at` (its return value)."""
+    mujoco = sys.modules.get("mujoco")
+    if mujoco is not None and previous is not None:
+        config = mujoco.MjLogConfig.get()
+        config.logfile = previous
+        config.set()
 
 
 @dataclass(frozen=True)
@@ -109,7 +139,7 @@ class CollectorConfig:
     """record a window of ticks for a same-trajectory replay (benchmark/offpolicy/replay.py)"""
 
     work_dir: str | None = None
-    """working directory once the env is built (the run dir): MuJoCo's MUJOCO_LOG.TXT lands there"""
+    """the run dir (absolute): MuJoCo's MUJOCO_LOG.TXT lands there (the working directory stays as it is)"""
 
 
 @dataclass(frozen=True)
@@ -169,7 +199,7 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
     try:
         env = cfg.env_factory.build(cfg.collector_cpus)
         if cfg.work_dir is not None:
-            os.chdir(cfg.work_dir)
+            point_mujoco_log_at(cfg.work_dir)
         if cfg.raise_at_tick >= 0 or cfg.hang_at_tick >= 0:
             env = FaultInjectingEnv(env, cfg.raise_at_tick, cfg.hang_at_tick)
         conn.send(("spec", {"spec": env.spec, **isolation_report(env)}))

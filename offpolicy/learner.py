@@ -27,7 +27,10 @@ frozen snapshot.
 
 Stopping: `request_stop(signum)` (the runner's SIGINT/SIGTERM handler) makes the
 loop leave at the next tick boundary or inside its next wait, with the algorithm
-between update phases (a consistent state to checkpoint). Physics failures: the
+between update phases (a consistent state to checkpoint). A failed collector seen
+by the watchdog sets `safe_stop`: the learner raises the collector's failure at its
+next safe point (a wait, a tick boundary, the end of an update phase, or between
+two updates of an eager phase: `UpdatesStopped`), its state intact. Physics failures: the
 rows the collector marks as failed never reach replay. Non-finite actions never
 reach the collector (they become the action range's midpoint and are counted);
 an algorithm exposing `nonfinite_streak` (consecutive skipped updates with
@@ -37,6 +40,7 @@ non-finite losses, a device tensor read without blocking) stops the run after
 
 from __future__ import annotations
 
+import threading
 import time
 from array import array
 from typing import Any
@@ -44,9 +48,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from offpolicy.algorithms.base import UpdatesStopped
 from offpolicy.evaluation import EvalSchedule, EvalSettings, SnapshotEval
 from offpolicy.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
-from offpolicy.lifecycle import CollectorProcess
+from offpolicy.lifecycle import CollectorProcess, RunFailure
 from offpolicy.replay import ReplayBuffer
 from offpolicy.slots import (
     ACTION_POLICY_VERSION,
@@ -72,6 +77,19 @@ an update phase still running included: `perf/inference_behind_update_fraction` 
 shows in `action_copy` and a slow host in the others."""
 STAGE_RING = 1024
 """inference ticks whose stage durations are kept for the next metric row"""
+SAFE_POINT_GRACE_S = (0.5, 10.0)
+"""bounds of how long the watchdog waits for the learner's next safe point: twice the last update phase's
+time per update, so a slow CPU update still ends between two updates, within these bounds"""
+
+# Where the learner is, as the failure message says it (`learner.activity`).
+STARTING = "while the learner started its loop"
+WAITING_FOR_OBS = "while the learner waited for its observations"
+INFERRING = "while the learner ran inference"
+WAITING_FOR_TRANSITION = "while the learner waited for its transition"
+INGESTING = "while the learner ingested a transition"
+UPDATING = "during the learner's update phase"
+WARMING_UP = "during the learner's first update phase (compile and CUDA-graph warm-up)"
+BETWEEN_TICKS = "while the learner logged metrics or wrote a checkpoint between ticks"
 
 
 class TickGraph:
@@ -196,6 +214,14 @@ class Learner:
         """test hook: the update phase of this tick sleeps this long (a deliberately long learner phase)"""
         self.in_update = False
         """inside an update phase (a stop landing here leaves part of its updates applied)"""
+        self.activity = STARTING
+        """where the learner is, for the message if the collector fails now (`while ...`)"""
+        self.safe_stop = threading.Event()
+        """set by the watchdog when the collector failed: stop at the next safe point, the state intact"""
+        if hasattr(algorithm, "stop_between_updates"):  # an eager update phase stops between two updates
+            algorithm.stop_between_updates = self.safe_stop
+        self._update_s = 0.0
+        """host seconds per update of the last update phase (sizes `safe_point_grace_s`)"""
         self.num_envs = spec.num_envs
         """rows of the obs/action slots: training rows, then evaluation rows"""
         self.num_eval_envs = int(eval_envs)
@@ -304,6 +330,7 @@ class Learner:
     # --- phases -----------------------------------------------------------------------
     def wait_for_obs(self, tick: int) -> None:
         """Block until the collector published obs of `tick` (collector health-checked)."""
+        self.activity = WAITING_FOR_OBS
         self.collector.arm_deadline(tick)
         if self.keep_awake_us > 0:
             self.waiter.wait_at_least(OBS_TICK, tick, self.check, self._keep_awake, self.keep_awake_us)
@@ -319,7 +346,19 @@ class Learner:
         """Run inside every blocking wait: a requested stop, then the collector's health."""
         if self.stop_signal is not None:
             raise StopRequested(self.stop_signal)
-        self.collector.check()
+        self.safe_point()
+        self.collector.check(self.activity)
+
+    def safe_point(self) -> None:
+        """The state is intact here: raise the collector's failure if the watchdog saw one (`safe_stop`)."""
+        if self.safe_stop.is_set():
+            self.safe_stop.clear()  # taken: the watchdog no longer interrupts
+            self.collector.check_now(self.activity)
+
+    def safe_point_grace_s(self) -> float:
+        """How long the watchdog waits for the next safe point before it interrupts the learner."""
+        low, high = SAFE_POINT_GRACE_S
+        return min(high, max(low, 2.0 * self._update_s))
 
     def request_stop(self, signum: int) -> None:
         """Ask the loop to stop at the next tick boundary or wait (signal handlers call this)."""
@@ -433,8 +472,10 @@ class Learner:
         """Copy transition `tick` from the ingress ring into replay, then release its slot."""
         t0 = time.perf_counter()
         # the collector publishes obs_{t+1} before it writes transition t: it may still be writing it
+        self.activity = WAITING_FOR_TRANSITION
         self.collector.arm_deadline(tick + 1)
         self.waiter.wait_at_least(PRODUCED, tick + 1, self.check)
+        self.activity = INGESTING
         t_committed = time.perf_counter()
         slot = self.ring.peek()
         if slot is None:
@@ -500,27 +541,56 @@ class Learner:
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+        first = "first_update_phase" not in self.warmup_s
+        compiles = getattr(self.algorithm, "use_compile", False) or getattr(self.algorithm, "use_cuda_graphs", False)
+        self.activity = WARMING_UP if first and compiles else UPDATING
         self.in_update = True
         if self.tick == self.sleep_at_tick:
             time.sleep(self.sleep_s)
-        self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
+        try:
+            self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
+        except UpdatesStopped as stop:  # the watchdog's request, between two whole updates
+            self._stopped_between_updates(stop.done)
+            return
         self.in_update = False
-        if "first_update_phase" not in self.warmup_s:  # host time: compiling runs on the host
-            self.warmup_s["first_update_phase"] = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if first:  # host time: compiling runs on the host
+            self.warmup_s["first_update_phase"] = elapsed
+        self._update_s = elapsed / self.updates_per_step
         self.updates_done += self.updates_per_step
         if self.device.type == "cuda":
             end.record()
             self._update_events.append((start, end))
             self._last_update_end = end
         else:
-            self.busy_s["update"] += time.perf_counter() - t0
+            self.busy_s["update"] += elapsed
+        self._advance_policy_version()
+        streak = getattr(self.algorithm, "nonfinite_streak", None)
+        if streak is not None:
+            self._watch_streak(streak)
+        self.safe_point()  # after the phase (a captured one cannot stop inside)
+
+    def _advance_policy_version(self) -> None:
         # An algorithm that tracks its own version (e.g. delayed actor updates) advances it
         # only when the phase changed the policy; otherwise every phase is a new version.
         version = getattr(self.algorithm, "policy_version", None)
         self.policy_version = self.policy_version + 1 if version is None else int(version)
-        streak = getattr(self.algorithm, "nonfinite_streak", None)
-        if streak is not None:
-            self._watch_streak(streak)
+
+    def _stopped_between_updates(self, done: int) -> None:
+        """Count the `done` whole updates of a phase cut short at a safe point, then raise the collector's failure."""
+        self.in_update = False
+        self.updates_done += done
+        self._advance_policy_version()
+        try:
+            self.safe_stop.clear()
+            self.collector.check_now(self.activity)
+        except RunFailure as failure:
+            failure.stopped = (
+                f"the learner stopped its update phase between two updates ({done} of {self.updates_per_step} "
+                "applied), its state intact"
+            )
+            raise
+        # the collector recovered meanwhile: the phase was only shorter, carry on
 
     def _watch_streak(self, streak: torch.Tensor) -> None:
         """Stop the run once the algorithm skipped `max_nonfinite_updates` updates in a row (never blocks)."""
@@ -619,11 +689,13 @@ class Learner:
             self.tick = tick
             if self.stop_signal is not None:
                 raise StopRequested(self.stop_signal)
+            self.safe_point()
             with tl.phase("wait", tick):
                 self.wait_for_obs(tick)
             if tick == self.raise_at_tick:
                 raise InjectedLearnerFault(f"injected fault (runtime.fault.learner_raise_at_tick={tick})")
             self._maybe_start_eval(tick)
+            self.activity = INFERRING
             with tl.phase("inference", tick, policy_version=self.policy_version):
                 self.inference(tick)
             if tick > 0:
@@ -634,6 +706,7 @@ class Learner:
                     self.update()
                 tl.annotate_last(new_policy_version=self.policy_version)
             if on_tick is not None:
+                self.activity = BETWEEN_TICKS
                 on_tick(tick)
             now = time.monotonic()
             self._tick_s = now - t_prev if tick < 2 else 0.95 * self._tick_s + 0.05 * (now - t_prev)
@@ -643,6 +716,7 @@ class Learner:
         last = self.num_ticks - 1
         self.tick = self.num_ticks
         with tl.phase("wait", self.num_ticks):
+            self.activity = WAITING_FOR_TRANSITION
             self.collector.arm_deadline(last)
             self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.check)
         with tl.phase("ingest", self.num_ticks, transition=last):

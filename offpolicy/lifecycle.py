@@ -50,6 +50,10 @@ class RunFailure(Exception):
         self.tick = tick
         self.checkpoint: str | None = None
         """the final checkpoint written on the way out (the learner state was intact), if any"""
+        self.stopped: str = "the learner state was intact"
+        """how the learner stopped, said with the checkpoint (e.g. between two updates of its phase)"""
+        self.no_checkpoint: str | None = None
+        """why no final checkpoint was written, if none was"""
         super().__init__(self.headline())
 
     def headline(self) -> str:
@@ -57,10 +61,12 @@ class RunFailure(Exception):
         return f"{self.side} {self.cause}{at}"
 
     def report(self) -> str:
-        """The message printed at exit: one headline, then the traceback if there is one."""
+        """The message printed at exit: one headline, what became of the learner state, then the traceback."""
         text = f"[offpolicy] run failed: {self.headline()}"
         if self.checkpoint:
-            text += f"\n[offpolicy] the learner state was intact: checkpoint {self.checkpoint}"
+            text += f"\n[offpolicy] {self.stopped}: checkpoint {self.checkpoint}"
+        elif self.no_checkpoint:
+            text += f"\n[offpolicy] no final checkpoint: {self.no_checkpoint}"
         if self.detail:
             text += f"\n--- {self.side} traceback ---\n{self.detail.rstrip()}"
         return text
@@ -87,12 +93,17 @@ class LearnerFailed(RunFailure):
 class Interrupted(RunFailure):
     """SIGINT or SIGTERM: a clean stop on request (both sides stopped, memory released)."""
 
-    def __init__(self, signum: int, tick: int | None = None, at_once: bool = False) -> None:
+    def __init__(self, signum: int, ticks: int, env_steps: int, at_once: bool = False) -> None:
         self.signum = signum
         self.at_once = at_once
         """a second signal: stopped wherever the learner was, no checkpoint"""
+        self.ticks, self.env_steps = int(ticks), int(env_steps)
+        """completed ticks and env steps (those whose transitions reached replay): summary.json's counts"""
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
-        super().__init__("runner", f"interrupted by {signal.Signals(signum).name}", tick=tick)
+        super().__init__("runner", f"interrupted by {signal.Signals(signum).name}")
+
+    def headline(self) -> str:
+        return f"{self.side} {self.cause} after {self.ticks} ticks ({self.env_steps} env steps)"
 
     def report(self) -> str:
         saved = f"; resume with train.resume={self.checkpoint}" if self.checkpoint else ""
@@ -245,10 +256,11 @@ class CollectorProcess:
         control = self.segment.control if self.segment is not None else None
         return self.process.exitcode == 0 and control is not None and int(control[PRODUCED]) >= self.cfg.num_ticks
 
-    def check_now(self) -> None:
-        """`check` without its rate limit, plus the owed-transition deadline (the watchdog's interrupt)."""
+    def check_now(self, when: str) -> None:
+        """`check` without its rate limit, plus the owed-transition deadline (the learner's safe points and
+        the watchdog's interrupt); `when` says where the learner was."""
         self._next_liveness_check = 0.0
-        self.check()
+        self.check(when)
         tick, deadline = self._owed
         control = self.segment.control if self.segment is not None else None
         if control is not None and int(control[PRODUCED]) <= tick and time.monotonic() > deadline:
@@ -259,8 +271,9 @@ class CollectorProcess:
                 f"its stack was dumped to stderr above"
             )
 
-    def check(self) -> None:
-        """Raise `CollectorFailed` if the collector failed, died or is past its deadline."""
+    def check(self, when: str = "while the learner waited for it") -> None:
+        """Raise `CollectorFailed` if the collector failed, died or is past its deadline; `when` says where
+        the learner was (`... was killed by SIGKILL <when>`)."""
         if self.segment is not None and self.segment.control[COLLECTOR_STATE] == CollectorState.FAILED:
             self._raise_error(self._collect_error(1.0))
         now = time.monotonic()
@@ -268,7 +281,7 @@ class CollectorProcess:
             return
         self._next_liveness_check = now + 0.02
         if self.process.exitcode is not None and not self.finished():
-            self._raise_dead("while the learner waited for it")
+            self._raise_dead(when)
         if now > self._deadline:
             self.hung = True
             self._dump_stack()
@@ -306,11 +319,9 @@ class CollectorProcess:
         failure = self._collect_error(0.2)
         if failure is not None:
             self._raise_error(failure)
-        if code is not None and code < 0:
-            cause = f"process {self.process.pid} was killed by {_signal_name(code)} {when}"
-        else:
-            cause = f"process {self.process.pid} exited with status {code} {when}"
-        raise CollectorFailed(cause, tick=self.tick)
+        how = f"was killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited with status {code}"
+        at = f" at tick {self.tick}," if self.tick >= 0 else ""  # before `when`, which may run on
+        raise CollectorFailed(f"process {self.process.pid} {how}{at} {when}")
 
     def _dump_stack(self) -> None:
         if self.process is not None and self.process.is_alive():
@@ -354,14 +365,18 @@ WATCHDOG_SIGNAL = signal.SIGUSR2
 class Watchdog:
     """Notices a dead, failed or hung collector while the learner is busy, within `period_s`.
 
-    The learner checks the collector inside every wait, but a long phase (the first
-    update phase with its compile warm-up, a big update phase, a checkpoint write)
-    runs without waiting. This thread polls `collector.problem()` (the process
-    sentinel, the collector's state word, the transition it owes) and, when it sees
-    one, sends `WATCHDOG_SIGNAL` to the main thread; the handler there raises the
-    collector's `CollectorFailed`, which ends the run through the usual path (a
-    blocking call of the main thread returns early on the signal). After `stop`,
-    a late signal is ignored.
+    The learner checks the collector inside every wait, but a long phase (an update phase,
+    the first one with its compile warm-up, a checkpoint write) runs without waiting. This
+    thread polls `collector.problem()` (the process sentinel, the collector's state word,
+    the transition it owes) and, when it sees one, sets the learner's `safe_stop` event:
+    the learner then stops at its next safe point (between two updates of an eager update
+    phase, after a captured one, in a wait, at a tick boundary) and raises the collector's
+    `CollectorFailed` there, its state intact, so the runner writes the final checkpoint.
+    A learner that reaches no safe point within `learner.safe_point_grace_s()` (a compile
+    warm-up, a phase that cannot stop inside) is interrupted instead: `WATCHDOG_SIGNAL` to
+    the main thread, whose handler raises the failure wherever the learner was (a blocking
+    call returns early on the signal), saying that no safe point came in time. After
+    `stop`, a late signal is ignored.
     """
 
     def __init__(self, collector: CollectorProcess, period_s: float = 0.1) -> None:
@@ -375,9 +390,17 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._previous_handler: Any = None
         self._main = threading.main_thread().ident
+        self._learner: Any = None
+        self._asked: tuple[float, float] | None = None
+        """(when the learner was asked to stop at a safe point, how long it may take), while it is asked"""
 
-    def start(self) -> None:
-        """Install the handler (main thread only) and start polling."""
+    def start(self, learner: Any) -> None:
+        """Install the handler (main thread only) and start polling on behalf of `learner`.
+
+        `learner` has `safe_stop` (a threading.Event it checks at its safe points), `activity`
+        (where it is, as `while ...` for the message) and `safe_point_grace_s()`.
+        """
+        self._learner = learner
         self._previous_handler = signal.signal(WATCHDOG_SIGNAL, self._on_signal)
         self._watching = True
         self._thread = threading.Thread(target=self._poll, name="offpolicy-watchdog", daemon=True)
@@ -395,8 +418,17 @@ class Watchdog:
             self._previous_handler = None
 
     def _poll(self) -> None:
+        safe_stop = self._learner.safe_stop
         while not self._stop.wait(self.period_s):
-            if self._watching and self.collector.problem():
+            if not self._watching:
+                continue
+            if self._asked is None:
+                if self.collector.problem():
+                    self._asked = (time.monotonic(), float(self._learner.safe_point_grace_s()))
+                    safe_stop.set()
+            elif not safe_stop.is_set():  # the learner looked at a safe point and found nothing wrong
+                self._asked = None
+            elif time.monotonic() - self._asked[0] > self._asked[1]:
                 self._watching = False
                 self.fired += 1
                 signal.pthread_kill(self._main, WATCHDOG_SIGNAL)
@@ -404,5 +436,12 @@ class Watchdog:
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._stop.is_set():
             return
-        self.collector.check_now()  # raises CollectorFailed naming what happened
-        self._watching = True  # nothing after all (it recovered in between): keep watching
+        safe_stop = self._learner.safe_stop
+        if safe_stop.is_set():  # still no safe point: stop the learner where it is
+            safe_stop.clear()
+            grace = self._asked[1] if self._asked is not None else 0.0
+            # raises CollectorFailed naming what happened, where the learner was, and that it could not stop there
+            self.collector.check_now(f"{self._learner.activity}, which reached no safe point within {grace:.1f} s")
+        # the learner took the request at a safe point meanwhile, or the collector recovered: keep watching
+        self._asked = None
+        self._watching = True

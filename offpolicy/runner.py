@@ -18,10 +18,12 @@ Config keys read here (all read once, into plain attributes, before the loop):
 Checkpoints: `<run dir>/checkpoints/step_<env_steps>.pt` every `checkpoint.interval_env_steps`
 (at the end of the tick that crosses the multiple, after its update phase) and once at the end
 of every run whose learner state is intact: it reached its budget (`train.total_env_steps` or
-`train.max_seconds`), a SIGINT/SIGTERM stopped it between ticks, the collector failed, or the
-updates went non-finite; `latest.pt` points at the newest. Counters are those of the transitions
-that reached replay. A run stopped inside an update phase (a second signal, a learner error)
-writes none: the last checkpoint is the recovery point. `train.resume=<path>` restores the algorithm, the
+`train.max_seconds`), a SIGINT/SIGTERM stopped it between ticks, the collector failed (the learner
+stops at its next safe point, between two updates of an eager phase: `offpolicy.lifecycle.Watchdog`),
+or the updates went non-finite; `latest.pt` points at the newest. Counters are those of the
+transitions that reached replay. A run stopped inside an update phase (a second signal, a learner
+error, a phase that reached no safe point in time) writes none: the last checkpoint is the
+recovery point, and the message names it. `train.resume=<path>` restores the algorithm, the
 counters (env steps, ticks, updates, policy_version) and the RNG states, and trains on to
 `train.total_env_steps` (the overall budget). Replay is not checkpointed: the restored actor
 refills `train.learning_starts` env steps before updates resume (no uniform-random phase).
@@ -46,7 +48,6 @@ Every key is checked by `offpolicy.config.validate_train_config` before anything
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -66,6 +67,7 @@ from omegaconf import DictConfig, OmegaConf
 from offpolicy.affinity import Affinity, pin_process, resolve_affinity, restore
 from offpolicy.algorithms.base import start_compile_workers
 from offpolicy.checkpoint import (
+    LATEST,
     Checkpointer,
     CheckpointError,
     CheckpointSettings,
@@ -76,7 +78,13 @@ from offpolicy.checkpoint import (
     require_resumable,
     restore_rng,
 )
-from offpolicy.collector import CollectorConfig, EnvFactory, RecordWindow
+from offpolicy.collector import (
+    CollectorConfig,
+    EnvFactory,
+    RecordWindow,
+    point_mujoco_log_at,
+    restore_mujoco_log,
+)
 from offpolicy.config import ConfigError, import_target, validate_train_config
 from offpolicy.evaluation import EvalSettings, MeanPolicy, eval_metrics, return_statistics, rollout
 from offpolicy.ingress import IngressRing
@@ -213,7 +221,8 @@ class Runner:
         context: RunContext | None = None,
     ) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).absolute()
+        """absolute: nothing after the start depends on the working directory (it may be removed meanwhile)"""
         self.context = context
         """what Hydra told the job (sweep dir, job number; W&B group and name); None outside the CLI"""
         # Every key checked before anything starts (offpolicy.config); a factory passed in owns its group.
@@ -280,7 +289,8 @@ class Runner:
 
         However the run ends, `summary.json` is written (`completed`, `stop_reason`) and the metric
         rows are flushed; when the learner state is intact (the budget was reached, a SIGINT/SIGTERM
-        stopped the loop between ticks, the collector failed, updates went non-finite) a final
+        stopped the loop between ticks, the collector failed and the learner reached a safe point,
+        updates went non-finite) a final
         checkpoint is written too, so the run can be resumed from where it stopped. A second
         SIGINT/SIGTERM stops at once, without a checkpoint.
         """
@@ -440,7 +450,7 @@ class Runner:
                         self._save_checkpoint(checkpointer)
 
                 if watchdog is not None:
-                    watchdog.start()
+                    watchdog.start(self.learner)
                 intact = True
                 finished = self.learner.run(on_tick=on_tick)
                 stop_reason = "total_env_steps" if finished else "max_seconds"
@@ -450,11 +460,11 @@ class Runner:
             except (RunFailure, CheckpointError) as exc:
                 failure = exc
             except StopRequested as exc:  # the first SIGINT/SIGTERM: the loop left between ticks
-                failure = Interrupted(exc.signum, tick=self._tick())
+                failure = self._interrupted(exc.signum)
             except KeyboardInterrupt:  # a second SIGINT, or one before the loop: wherever it landed
-                failure, intact = Interrupted(signal.SIGINT, tick=self._tick(), at_once=True), False
+                failure, intact = self._interrupted(signal.SIGINT, at_once=True), False
             except _Terminate:
-                failure, intact = Interrupted(signal.SIGTERM, tick=self._tick(), at_once=True), False
+                failure, intact = self._interrupted(signal.SIGTERM, at_once=True), False
             except NonFiniteUpdates as exc:  # every non-finite update was skipped: the parameters are intact
                 failure = LearnerFailed(str(exc), tick=self._tick())
                 failure.detail = ""
@@ -515,6 +525,8 @@ class Runner:
                     log.error("the final checkpoint could not be written: %s", exc)
                     if failure is None:
                         failure = LearnerFailed(f"could not write the final checkpoint: {exc}", tick=self._tick())
+            elif isinstance(failure, RunFailure) and checkpointer is not None:
+                failure.no_checkpoint = self._why_no_checkpoint(checkpointer)
             if log_hook is not None:  # stopped early: flush what the loop counted
                 log_hook(None)
             snapshot = None
@@ -582,13 +594,15 @@ class Runner:
         available = os.sched_getaffinity(0)
         cpus = tuple(c for c in self.affinity.collector_cpus if c in available) or tuple(sorted(available))[:1]
         t0 = time.perf_counter()
-        with contextlib.chdir(self.run_dir):  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the run dir
-            env = replace(self.env_factory, kwargs=kwargs).build(cpus)
-            try:
-                algorithm.snapshot_actor()
-                returns, lengths, _ = rollout(env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True))
-            finally:
-                env.close()
+        env = replace(self.env_factory, kwargs=kwargs).build(cpus)
+        # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the run dir; the working directory is never used (it may be gone)
+        previous_log = point_mujoco_log_at(str(self.run_dir))
+        try:
+            algorithm.snapshot_actor()
+            returns, lengths, _ = rollout(env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True))
+        finally:
+            env.close()
+            restore_mujoco_log(previous_log)
         result = {
             **return_statistics(returns, lengths),
             "policy_version": learner.policy_version,
@@ -615,20 +629,40 @@ class Runner:
     def _tick(self) -> int | None:
         return None if self.learner is None else self.learner.tick
 
+    def _interrupted(self, signum: int, at_once: bool = False) -> Interrupted:
+        """The stop on request, counted as summary.json counts it (completed ticks)."""
+        counters = self._counters()
+        return Interrupted(signum, counters["ticks"], counters["env_steps"], at_once=at_once)
+
+    def _why_no_checkpoint(self, checkpointer: Checkpointer) -> str:
+        """Why the learner state was not saved on the way out, and the newest checkpoint there is."""
+        if self.learner is not None and self.learner.in_update:
+            why = "the learner was stopped inside an update phase, part of its updates applied"
+        else:
+            why = "the learner raised, its state is not trusted"
+        latest = checkpointer.directory / LATEST
+        return f"{why}; the newest checkpoint is {latest.resolve()}" if latest.exists() else f"{why}; none was written"
+
+    def _counters(self) -> dict[str, int]:
+        """Counters of the transitions that reached replay: the checkpoint's, summary.json's and the stop message's."""
+        learner = self.learner
+        if learner is None:
+            return dict(self.start_counters)
+        return {
+            "env_steps": self.env_steps(learner.ticks_done),
+            "ticks": self.start_counters["ticks"] + learner.ticks_done,
+            "updates": learner.updates_done,
+            "policy_version": learner.policy_version,
+        }
+
     def env_steps(self, ticks: int) -> int:
         """Training env steps after `ticks` ticks of this run (a resumed run starts at its checkpoint's)."""
         return self.start_counters["env_steps"] + ticks * self.num_envs
 
     def _save_checkpoint(self, checkpointer: Checkpointer) -> Path:
         """Checkpoint the algorithm with the counters of the transitions that reached replay."""
-        learner = self.learner
-        counters = {
-            "env_steps": self.env_steps(learner.ticks_done),
-            "ticks": self.start_counters["ticks"] + learner.ticks_done,
-            "updates": learner.updates_done,
-            "policy_version": learner.policy_version,
-        }
-        path = checkpointer.save(self.algorithm, counters, learner.generators)
+        counters = self._counters()
+        path = checkpointer.save(self.algorithm, counters, self.learner.generators)
         log.info("checkpoint %s (%d env steps)", path, counters["env_steps"])
         return path
 
@@ -672,17 +706,18 @@ class Runner:
     def _summary(self, report: dict, collector: CollectorProcess, loop_s: float, total_s: float) -> dict[str, Any]:
         learner = self.learner
         steps_here = learner.ticks_done * self.num_envs
+        counters = self._counters()
         return {
-            "env_steps": self.env_steps(learner.ticks_done),
-            "ticks": self.start_counters["ticks"] + learner.ticks_done,
+            "env_steps": counters["env_steps"],
+            "ticks": counters["ticks"],
             "num_envs": self.num_envs,
             "eval_envs": self.num_eval_envs,
             "resumed_from_env_steps": self.start_counters["env_steps"],
             "loop_s": loop_s,
             "total_s": total_s,
             "env_steps_per_s": steps_here / max(loop_s, 1e-9),
-            "updates": learner.updates_done,
-            "policy_version": learner.policy_version,
+            "updates": counters["updates"],
+            "policy_version": counters["policy_version"],
             # CUDA-graph captures that failed and fell back to eager (empty when all captured)
             "graph_errors": {**(getattr(self.algorithm, "graph_errors", {}) or {}), **learner.graph_errors},
             # runtime.tick_graph: whether the inference tick ran as one captured graph

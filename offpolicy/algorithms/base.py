@@ -20,6 +20,7 @@ import copy
 import logging
 import math
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 
@@ -399,6 +400,14 @@ def _clone_out(out):
 # --------------------------------------------------------------------------- the contract
 
 
+class UpdatesStopped(Exception):
+    """An eager update phase stopped on request between two updates: its first `done` updates were applied whole."""
+
+    def __init__(self, done: int) -> None:
+        self.done = int(done)
+        super().__init__(f"update phase stopped on request after {self.done} updates")
+
+
 class OffPolicyAlgorithm:
     """One learner-owned off-policy algorithm: the only actor, critics, optimizers and exploration state.
 
@@ -460,6 +469,10 @@ class OffPolicyAlgorithm:
         self._snapshot: nn.Module | None = None
         """frozen copy of the actor for snapshot evaluation (`snapshot_actor`)"""
         self._snapshot_pairs: tuple[list[Tensor], list[Tensor]] = ([], [])
+        self.stop_between_updates: threading.Event | None = None
+        """set by the learner; once the event is set, an eager update phase ends after its current update
+        (`UpdatesStopped`); a captured phase cannot stop inside and runs to its end"""
+        self._phase_updates_done = 0
 
     # ------------------------------------------------------------------ public contract
 
@@ -561,11 +574,19 @@ class OffPolicyAlgorithm:
             key = ("phase", id(replay), schedule)
             metrics = self._captured_call(key, lambda: self._phase_and_average(replay, schedule))()
         else:
-            metrics = self._phase_and_average(replay, schedule)
-        self.total_updates += num_updates
-        if self._changes_policy(schedule):
-            self.policy_version += 1
+            self._phase_updates_done = 0
+            try:
+                metrics = self._phase_and_average(replay, schedule)
+            except UpdatesStopped as stop:  # the updates applied so far count, the others never ran
+                self._count_updates(schedule[: stop.done])
+                raise
+        self._count_updates(schedule)
         return metrics
+
+    def _count_updates(self, schedule: tuple[bool, ...]) -> None:
+        self.total_updates += len(schedule)
+        if schedule and self._changes_policy(schedule):
+            self.policy_version += 1
 
     def observe(self, reward: Tensor, terminated: Tensor, truncated: Tensor) -> None:
         """Called once per ingested vector step, in env order (running reward statistics); default no-op."""
@@ -634,9 +655,17 @@ class OffPolicyAlgorithm:
         }
 
     def _end_update(self, ok: Tensor) -> Tensor:
-        """Count one update whose validity is `ok` (0/1) into `nonfinite_streak`; returns 1 - ok."""
+        """Count one update whose validity is `ok` (0/1) into `nonfinite_streak`; returns 1 - ok.
+
+        Subclasses call it last in each update of `_phase`: it is the phase's safe point, where a
+        stop request (`stop_between_updates`) ends an eager phase with every update before it whole.
+        """
         bad = 1.0 - ok
         self.nonfinite_streak.copy_((self.nonfinite_streak + 1) * bad.long())
+        self._phase_updates_done += 1
+        stop = self.stop_between_updates
+        if stop is not None and not self.use_cuda_graphs and stop.is_set():
+            raise UpdatesStopped(self._phase_updates_done)
         return bad
 
     def _captured_call(self, key: tuple, fn: Callable) -> CapturedCall:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from offpolicy.algorithms.base import UpdatesStopped
 from offpolicy.replay import ReplayBuffer
 
 
@@ -66,6 +67,7 @@ class StandinAlgorithm:
         seed: int = 0,
         update_delay_s: float = 0.0,
         explore_delay_s: float = 0.0,
+        update_step_s: float = 0.0,
     ) -> None:
         self.device = torch.device(device)
         self.updates_per_step = int(updates_per_step)
@@ -76,6 +78,10 @@ class StandinAlgorithm:
         """test hook: random sleep up to this long inside each update phase"""
         self.explore_delay_s = explore_delay_s
         """test hook: random sleep up to this long inside each explore call"""
+        self.update_step_s = update_step_s
+        """test hook: every update sleeps this long between its critic and its actor step (a long phase)"""
+        self.stop_between_updates: Any = None
+        """set by the learner: once set, the phase stops after its current update, as the real algorithms'"""
         obs_dim = spec.obs_dims["actor"]
         act_dim = spec.action_dim
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -123,7 +129,7 @@ class StandinAlgorithm:
         """`num_updates` critic+actor steps on uniform replay samples; metrics stay on the device."""
         self._sleep(self.update_delay_s)
         critic_loss = actor_loss = torch.zeros((), device=self.device)
-        for _ in range(num_updates):
+        for done in range(1, num_updates + 1):
             b = replay.sample(self.batch_size)
             with torch.no_grad():
                 next_q = self.critic_target(
@@ -133,12 +139,16 @@ class StandinAlgorithm:
             q = self.critic(torch.cat([_squash(b.obs["actor"]), b.action], -1))
             critic_loss = (q - target).pow(2).mean()
             self._sgd_step(critic_loss, self.critic)
+            if self.update_step_s > 0:
+                time.sleep(self.update_step_s)
             actor_loss = -self.critic(torch.cat([_squash(b.obs["actor"]), self.actor(b.obs)], -1)).mean()
             self._sgd_step(actor_loss, self.actor)
             with torch.no_grad():
                 for net, tgt in ((self.actor, self.actor_target), (self.critic, self.critic_target)):
                     for p, tp in zip(net.parameters(), tgt.parameters(), strict=True):
                         tp.lerp_(p, self.tau)
+            if self.stop_between_updates is not None and self.stop_between_updates.is_set():
+                raise UpdatesStopped(done)
         return {"loss/critic": critic_loss.detach(), "loss/actor": actor_loss.detach()}
 
     def _sgd_step(self, loss: torch.Tensor, net: nn.Module) -> None:
@@ -176,6 +186,7 @@ def make_standin(cfg: Any, spec: Any, device: torch.device | str) -> StandinAlgo
         "seed",
         "update_delay_s",
         "explore_delay_s",
+        "update_step_s",
     )
     kwargs = {k: cfg[k] for k in keys if cfg is not None and k in cfg and cfg[k] is not None}
     return StandinAlgorithm(spec, device, **kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from runtime_helpers import HERE, REPO, processes_with_marker, shm_entries
 
 from offpolicy.checkpoint import load_checkpoint
+from offpolicy.learner import SAFE_POINT_GRACE_S
 from offpolicy.lifecycle import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
 
 # faults must be noticed within seconds: alone on the machine under `make test` (marker `serial`)
@@ -111,15 +113,70 @@ def _pid_gone(pid: int) -> bool:
         return True
 
 
-def test_collector_killed_with_sigkill(tmp_path):
-    run = CliRun(tmp_path, f"train.total_env_steps={LONG_RUN}")
+def _final_checkpoint(run_dir: Path, err: str, summary: dict) -> dict:
+    """The final checkpoint the message names: latest.pt, with summary.json's counters."""
+    path = run_dir / "checkpoints" / f"step_{summary['env_steps']}.pt"
+    assert f"its state intact: checkpoint {path}" in err or f"state was intact: checkpoint {path}" in err, err
+    assert os.path.samefile(path, run_dir / "checkpoints" / "latest.pt")
+    saved = load_checkpoint(path)
+    assert saved["counters"] == {k: summary[k] for k in ("env_steps", "ticks", "updates", "policy_version")}
+    return saved
+
+
+def test_collector_killed_with_sigkill_while_the_learner_waits_keeps_the_work(tmp_path):
+    """A slow collector: the learner waits for it nearly all the time, and notices the kill inside that wait."""
+    run = CliRun(
+        tmp_path,
+        f"train.total_env_steps={LONG_RUN}",
+        "+runtime.fault.collector_step_delay_s=0.3",
+        "logger.interval_s=0.05",
+    )
     pid = run.collector_pid()
-    time.sleep(0.5)
+    run.wait_for_env_steps(3 * 8)
     os.kill(pid, signal.SIGKILL)
     code, _, err, elapsed = run.finish()
     assert elapsed < 10
     assert code == EXIT_COLLECTOR_FAILED, err
-    assert f"collector process {pid} was killed by SIGKILL" in err
+    assert f"collector process {pid} was killed by SIGKILL at tick " in err
+    assert (
+        "while the learner waited for its observations" in err or "while the learner waited for its transition" in err
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["completed"] is False and summary["stop_reason"].startswith(f"collector process {pid} was killed")
+    assert summary["env_steps"] >= 3 * 8
+    _final_checkpoint(tmp_path, err, summary)
+    run.assert_clean()
+
+
+def test_collector_killed_during_an_update_phase_stops_it_between_two_updates_and_keeps_the_work(tmp_path):
+    """Each update takes 1.5 s (a slow CPU): killed early in an update, the learner finishes that update, stops
+    its phase there (the watchdog waits twice the last phase's time per update for it) and saves its state."""
+    run = CliRun(
+        tmp_path,
+        f"train.total_env_steps={LONG_RUN}",
+        "train.learning_starts=0",
+        "algo.updates_per_step=2",
+        "+algo.update_step_s=1.5",
+        "logger.interval_s=0.01",
+    )
+    pid = run.collector_pid()
+    run.wait_for_env_steps(8, timeout_s=60)  # the row of tick 1, written after its phase: tick 2's has begun
+    time.sleep(0.3)  # inside its first update, over a second before that update ends
+    os.kill(pid, signal.SIGKILL)
+    code, _, err, elapsed = run.finish()
+    assert code == EXIT_COLLECTOR_FAILED, err
+    assert elapsed < 6, f"ended {elapsed:.1f} s after the kill"
+    match = re.search(
+        rf"collector process {pid} was killed by SIGKILL at tick (\d+), during the learner's update phase\n", err
+    )
+    assert match, err
+    stopped = re.search(r"the learner stopped its update phase between two updates \((\d) of 2 applied\)", err)
+    assert stopped, err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["completed"] is False and summary["stop_reason"] == match.group(0).rstrip()
+    # the phases of the ticks before, whole, and the updates of the stopped phase that ran: nothing half-applied
+    assert summary["updates"] == 2 * int(match.group(1)) + int(stopped.group(1))
+    _final_checkpoint(tmp_path, err, summary)
     run.assert_clean()
 
 
@@ -185,12 +242,13 @@ def test_interrupting_the_runner_keeps_its_work(tmp_path, signum, status):
     assert elapsed < 10
     assert code == status, err
     name = signal.Signals(signum).name
-    assert f"runner interrupted by {name}" in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # completed ticks, as summary.json counts them (the tick in progress when the request came is not)
+    assert f"runner interrupted by {name} after {summary['ticks']} ticks ({summary['env_steps']} env steps)" in err
     assert "collector stopped, shared memory released" in err
     assert "Traceback" not in err  # a requested stop is not a crash
     assert _pid_gone(pid)
     run.assert_clean()
-    summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["completed"] is False and summary["stop_reason"] == name
     final = tmp_path / "checkpoints" / f"step_{summary['env_steps']}.pt"
     assert f"resume with train.resume={final}" in err  # the message says where to resume from
@@ -255,8 +313,9 @@ def test_resuming_an_interrupted_run_carries_its_counters_on(tmp_path):
     )
 
 
-def test_watchdog_notices_a_killed_collector_while_the_learner_is_in_a_long_phase(tmp_path):
-    """The learner sleeps 60 s inside an update phase; the collector is killed during it; exit 3 within 2 s."""
+def test_watchdog_interrupts_a_phase_that_reaches_no_safe_point_in_time_and_says_so(tmp_path):
+    """The learner sleeps 60 s inside an update phase (no safe point, like a compile warm-up); the collector is
+    killed during it: the watchdog waits its shortest grace for a safe point, then interrupts; no checkpoint."""
     run = CliRun(
         tmp_path,
         f"train.total_env_steps={LONG_RUN}",
@@ -271,8 +330,19 @@ def test_watchdog_notices_a_killed_collector_while_the_learner_is_in_a_long_phas
     os.kill(pid, signal.SIGKILL)
     code, _, err, elapsed = run.finish(timeout_s=30)
     assert code == EXIT_COLLECTOR_FAILED, err
-    assert elapsed < 2.0, f"noticed after {elapsed:.1f} s"
-    assert f"collector process {pid} was killed by SIGKILL" in err
+    grace = SAFE_POINT_GRACE_S[0]
+    assert elapsed < grace + 2.0, f"ended {elapsed:.1f} s after the kill"
+    assert (
+        f"collector process {pid} was killed by SIGKILL at tick 20, during the learner's update phase, "
+        f"which reached no safe point within {grace:.1f} s\n"
+    ) in err
+    assert (
+        "no final checkpoint: the learner was stopped inside an update phase, part of its updates applied; "
+        "none was written"
+    ) in err
+    assert not (tmp_path / "checkpoints").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["completed"] is False and "reached no safe point" in summary["stop_reason"]
     run.assert_clean()
 
 
