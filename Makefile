@@ -68,15 +68,9 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(PY) -m ruff check offpolicy envs tests benchmark
 
-# the learning tables, curves and efficiency rows from the committed run folders (after adding a run)
+# the results pages' tables and curves (docs/results/) from the committed run folders (after adding a run)
 tables: $(VENV)/.installed
-	$(PY) -m offpolicy.plot benchmark/outputs/learning --out benchmark/outputs/learning/learning_curves.png \
-		--at-seconds 120 240 480 --targets ant=6000 humanoid=6000 halfcheetah=10000
-	$(PY) -m benchmark.offpolicy.learning_efficiency benchmark/outputs/learning
-	$(PY) -m offpolicy.plot benchmark/outputs/learning_dmc --out benchmark/outputs/learning_dmc/learning_curves.png \
-		--at-seconds 300 600 900 --targets dmc_humanoid_run=600,850 dmc_dog_run=600,850 \
-		dmc_quadruped_run=600,900 dmc_humanoid_walk=600,900 dmc_dog_trot=600,900
-	$(PY) -m benchmark.offpolicy.learning_efficiency benchmark/outputs/learning_dmc
+	$(PY) -m benchmark.results_pages
 
 clean:
 	rm -rf $(VENV) outputs multirun
