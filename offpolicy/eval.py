@@ -29,8 +29,8 @@ renders of `egl` and `osmesa` (`egl` first with CUDA; OSMesa on Debian/Ubuntu:
 Each is probed in a short subprocess (a 16x16 render), since a missing library
 makes `import mujoco` itself fail, and it must be chosen before MuJoCo is
 imported here. Without a working backend the episodes still run, eval.json is
-written and one line says what to install. Software rendering costs ~0.1 s per
-480x480 frame on CPU (a 1000-step episode: under two minutes).
+written and one line says what to install. Software rendering on a CPU takes a
+minute or two for a 1000-step episode; only the first episode is rendered.
 
 Exit statuses: 0 done; 1 an unexpected error; 2 invalid config (one line naming the
 key, its value and what is allowed: offpolicy.config; Hydra's composition errors too); 5
@@ -314,9 +314,8 @@ def score_in_dm_control(spec: Any, algorithm: Any, device: Any, episodes: int, s
     """The policy's statistics in dm_control's own suite task (`dm_control_rollout`: one environment seeded with
     `seed`, its episodes one after another, each to the suite's 1000-step limit or this task's, if shorter).
 
-    Cost: sequential, one policy call on one row per step (about 0.15 ms on a CPU). A 1000-step episode
-    takes about 0.25 s (cheetah, hopper), 0.35 s (walker, quadruped), 0.5 s (humanoid) and 1.4 s (dog) on
-    one core, so the default 16 episodes add about 5 s, or 25 s for the dog.
+    Cost: sequential, one policy call on one row per step, on one core: a 1000-step episode takes well
+    under a second on most tasks and longest on the dog, so the default 16 episodes add seconds.
     """
     if not spec.dm_control_id:
         raise ValueError(f"task {spec.name!r} names no DeepMind Control Suite task to re-score in")

@@ -26,25 +26,12 @@ the stop flag, the peer's liveness and its deadline. Every publish issues a
 FUTEX_WAKE: skipping it when nobody sleeps would need a store-load fence that
 Python cannot issue, and a missed wake would cost a whole `poll_s`.
 
-Measured round trips (the learner writes the obs slot and publishes tick t, the
-peer copies it out, writes the action slot and publishes t; two processes pinned
-to different cores, Python on both sides, 32-env ant slots), medians from
-`benchmark/offpolicy/benchmark_runtime.py --quick`:
-
-    machine                               spin      block (futex)   default mix
-    this 2-core AMD EPYC KVM VM (CPU)     5.4 us    123-136 us      6.1-7.2 us
-    16-core Intel Xeon host (H200)*       0.8 us    17 us (semaphores)
-    (* a C-level probe, not this code; rerun the benchmark there)
-
-A blocking wake-up costs ~20-25 spin round trips here (the VM must interrupt a
-halted vCPU), so the default spins for `DEFAULT_SPIN_US` = 200 us before it
-blocks: long enough to catch the answer of a short inference tick or a short
-step without a syscall, short enough that a side waiting through a physics step
-of many milliseconds hands its core back at once. Spinning longer measured no
-better here (both sides spinning for 20 ms lost 3-7 % env-steps/s against
-200 us: the two vCPUs seem to share host resources), and blocking at once lost
-13-32 %. With 1024 envs the choice is noise: one tick is ~34 ms of physics
-against two wake-ups of tens of microseconds.
+A blocking wake-up costs many spin round trips (a virtual machine must interrupt
+a halted vCPU), so the default spins for `DEFAULT_SPIN_US` before it blocks: long
+enough to catch the answer of a short inference tick or a short step without a
+syscall, short enough that a side waiting through a physics step of many
+milliseconds hands its core back at once. The round trips that chose it:
+docs/decisions.md, "Spin 200 us, then block" (`benchmark/offpolicy/benchmark_runtime.py`).
 """
 
 from __future__ import annotations
@@ -61,7 +48,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 DEFAULT_SPIN_US = 200.0
-"""how long a waiter spins before it blocks (see the figures above)"""
+"""how long a waiter spins before it blocks (see above)"""
 DEFAULT_POLL_S = 0.02
 """longest single blocking wait before the waiter re-checks stop flag, peer and deadline"""
 SEGMENT_PREFIX = "offpolicy_"

@@ -27,7 +27,7 @@ host action slot, wall clock) and the update phase time. Targets: ceiling >=
 0.95 x bare physics, candidate >= 0.95 x ceiling. One candidate's trace, trimmed
 to `--trace-seconds` of steady state, is kept for `check_timeline.py`.
 
-    python -m benchmark.offpolicy.benchmark_end_to_end                     # GPU host
+    python -m benchmark.offpolicy.benchmark_end_to_end                     # a CUDA machine with 16 cores
     python -m benchmark.offpolicy.benchmark_end_to_end --quick             # CPU smoke run
 """
 

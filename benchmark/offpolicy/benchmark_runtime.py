@@ -11,7 +11,7 @@
     Bare and runtime runs alternate; each rate is the median over repeats of the
     steady-state part (the first logging interval, with warm-up, is dropped).
 
-    python -m benchmark.offpolicy.benchmark_runtime              # GPU host defaults (ant, 1024 envs)
+    python -m benchmark.offpolicy.benchmark_runtime              # defaults for a CUDA machine with 16 cores (ant, 1024 envs)
     python -m benchmark.offpolicy.benchmark_runtime --quick      # seconds on a small CPU box
 """
 

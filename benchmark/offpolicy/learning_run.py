@@ -30,7 +30,7 @@ and ~5-10 s with one another run on the same machine filled (FlashSAC Humanoid: 
 runs of one table are comparable whatever ran on the host before them. `--compile-cache shared` keeps the
 process's own cache settings (what a researcher's repeated runs see).
 
-    python -m benchmark.offpolicy.learning_run --algo flashsac --task humanoid --seed 1     # GPU host, 8 min
+    python -m benchmark.offpolicy.learning_run --algo flashsac --task humanoid --seed 1     # CUDA machine, 8 min
     python -m benchmark.offpolicy.learning_run --algo fastsac --task dmc_dog_run --seed 0   # 15 min, learning_dmc/
     python -m benchmark.offpolicy.learning_run ... -- algo.temp_max=0.01   # extra overrides after --
 """

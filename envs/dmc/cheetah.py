@@ -11,9 +11,8 @@ with `Physics.step`, whose first substep is `mj_step2` on kinematics left by
 `physics.reset()` at qpos0 (the randomised qpos is not yet forwarded). That
 first substep therefore adds the same velocity to every episode, computed once
 here from qpos0; the other 199 run batched in the pool (or, for a few
-resetting rows, on one `MjData`: ~2 ms per row, against ~0.15 s for the pool,
-which steps every env, at 1024 envs on 14 cores). Resetting all 1024 envs takes
-1.5 s on 2 cores: the settling adds ~20% to each episode's physics, as in
+resetting rows, on one `MjData`, far cheaper than a pool call, which steps
+every env). The settling adds a fifth to each episode's physics, as in
 dm_control.
 """
 

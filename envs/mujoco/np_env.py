@@ -48,7 +48,7 @@ def column_runs(columns: np.ndarray) -> list[slice]:
     """Sorted column indices as slices over their runs of consecutive columns.
 
     Copying a few slices of every row costs a fraction of one fancy-indexed gather and scatter
-    of the same columns (DMC humanoid's 59 of 92 sensor columns: 3 runs, ~4x faster).
+    of the same columns (DMC humanoid's 59 of 92 sensor columns are 3 runs).
     """
     columns = np.asarray(columns, dtype=np.int64)
     if columns.size == 0:

@@ -43,9 +43,9 @@ class Ant(MujocoTask):
     @property
     def reward_range(self) -> tuple[float, float]:
         """Per-step reward bounds (envs/tasks/reward_bounds.py): (-7, 16) with the default options."""
-        # forward velocity: the best 8-minute runs average ~9-11 m/s (returns 8.8k-10.8k over 1000
-        # steps, less the healthy bonus); 15 m/s bounds it. Control cost 0.5 |a|^2 <= 0.5 x 8
-        # (eight actions in [-1, 1]), healthy bonus 1, no contact cost (contact_cost_weight=0).
+        # forward velocity: 15 m/s, well above the best runs' speed; control cost 0.5 |a|^2 <= 0.5 x 8
+        # (eight actions in [-1, 1]), healthy bonus 1, no contact cost.
+        # docs/decisions.md, "Per-step reward bounds of the Gymnasium tasks"
         return locomotion_reward_range(self.cfg, max_forward_speed=15.0, max_action_sq=8.0)
 
     def reset_qpos_qvel(self, rng, n, qpos0, nv):

@@ -52,10 +52,10 @@ class Humanoid(MujocoTask):
     @property
     def reward_range(self) -> tuple[float, float]:
         """Per-step reward bounds (envs/tasks/reward_bounds.py): (-4.022, 20) with the default options."""
-        # forward velocity (weight 1.25, of the mass centre): the best 8-minute runs average
-        # ~6-7 m/s (returns 12.7k-13.4k over 1000 steps, less the healthy bonus of 5 a step);
-        # 12 m/s bounds it. Control cost 0.1 |a|^2 <= 0.1 x 17 x 0.4^2 = 0.272 (17 actions in
-        # [-0.4, 0.4]), healthy bonus 5, no contact cost (contact_cost_weight=0).
+        # forward velocity (weight 1.25, of the mass centre): 12 m/s, well above the best runs' speed;
+        # control cost 0.1 |a|^2 <= 0.1 x 17 x 0.4^2 = 0.272 (17 actions in [-0.4, 0.4]), healthy bonus 5,
+        # no contact cost (contact_cost_weight=0).
+        # docs/decisions.md, "Per-step reward bounds of the Gymnasium tasks"
         return locomotion_reward_range(self.cfg, max_forward_speed=12.0, max_action_sq=17 * 0.4**2)
 
     def build_spec(self) -> mujoco.MjSpec:

@@ -75,7 +75,8 @@ class FastSAC(OffPolicyAlgorithm):
       left out so that a target entropy means the same on every task (and the published
       Humanoid run was tuned without it).
     - 1024 training envs where the reference simulates 4096 on the GPU: on CPU physics a
-      vector step of 1024 envs already takes ~20-40 ms on 14 cores (conf/algo_env/), and
+      vector step of 1024 envs already takes tens of milliseconds (docs/decisions.md, "1024
+      training envs and 10,000 random steps first"), and
       the batch and updates per vector step are kept, so each transition is sampled about
       four times as often as in the reference.
     - Learning starts after `train.learning_starts` env steps (10,000: ~10 vector steps of

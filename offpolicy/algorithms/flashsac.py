@@ -95,21 +95,20 @@ class FlashSAC(OffPolicyAlgorithm):
       env here because exploration state is reset per env from the collector's done flags
       (design property 3: a new episode never inherits the last one's noise), which a
       single shared hold cannot do without also cutting every other env's hold.
-    - The replay holds 1M transitions on every task but Humanoid (conf/replay/default.yaml,
-      shared with FastSAC) where the reference's recipe keeps 10M: 1M fits a CPU-only
-      machine's memory, and the FlashSAC Ant run under the previous protocol held its
-      episodes with it. Humanoid's default is the reference's 10M
-      (conf/algo_env/flashsac_humanoid.yaml, ~4.4 GB of device memory): with 1M, which holds
-      only the last ~45 s of experience there, its training population fell 2-4 times a run;
-      with 10M, on the tuning seed, never.
+    - The replay holds 1M transitions (conf/replay/default.yaml, shared with FastSAC) where the
+      reference's recipe keeps 10M: 1M fits a CPU-only machine's memory. The humanoids keep the
+      reference's 10M (conf/algo_env/flashsac_humanoid.yaml): 1M holds too short a span of their
+      experience, and the training population fell whenever its last falls left the replay
+      (docs/decisions.md, "FlashSAC Humanoid: 10M replay").
     - An update whose batch, loss or gradients are not finite is skipped on the device
       (`_phase`); the reference would apply it.
     - Optional, off by default and on for Humanoid: `reward_scale_horizon_bound=true` also
       bounds the reward scale by max|r| / ((1 - gamma) G_max) (`RewardScaler`), so values fit
       the support while the returns grow faster than the running scale follows. With the
-      reference's rule and temperature alone 17-30% of the target mass sat on the top atom
-      during the first 60-100 s of learning of the Humanoid runs; with the bound and an initial
-      (and maximum) temperature of 1e-3 the peak was 0.2% (conf/algo_env/flashsac_humanoid.yaml).
+      reference's rule and temperature alone a large share of the target mass sat on the top
+      atom early in the Humanoid runs; the bound with an initial (and maximum) temperature of
+      1e-3 nearly removed it (docs/decisions.md, "FlashSAC Humanoid: horizon-bound reward scale
+      and temperature 1e-3").
     """
 
     def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device) -> None:
