@@ -4,6 +4,7 @@ import mujoco
 import numpy as np
 
 from envs.mujoco import MujocoNpEnv, MujocoTask, PhysicsView
+from envs.options import Real
 
 XML = """
 <mujoco>
@@ -25,7 +26,7 @@ class Slider(MujocoTask):
     name = "slider"
     frame_skip = 5
     max_episode_steps = 200
-    defaults = dict(target=1.0, ctrl_cost_weight=0.1, reset_noise_scale=0.1)  # the options
+    options = dict(target=Real(1.0), ctrl_cost_weight=Real(0.1, ge=0), reset_noise_scale=Real(0.1, ge=0))
 
     def build_spec(self) -> mujoco.MjSpec:
         return mujoco.MjSpec.from_string(XML)

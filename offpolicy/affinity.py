@@ -8,7 +8,7 @@ Affinity is applied on the cold path only (process start, pool construction).
 One exception to "the collector's CPUs are the collector's": on CUDA with
 `algo.compile`, the runner starts torch.compile's kernel-compile workers on the
 learner's and the collector's CPUs before pinning the learner
-(`offpolicy.algorithms.base.start_compile_workers`); they compile while the
+(`offpolicy.algorithms.capture.start_compile_workers`); they compile while the
 collector waits for the first compiled tick and sleep afterwards.
 """
 

@@ -394,22 +394,22 @@ def check_reference(reference: str, task: str) -> None:
 
 def check_algo(algo: Any, custom: bool) -> None:
     """The `algo` group against its schema (offpolicy.algorithms.config); only a name for a custom factory."""
-    from offpolicy.algorithms.config import SCHEMAS, validate
+    from offpolicy.algorithms import ALGORITHMS, validate
 
     if not isinstance(algo, dict):
-        raise invalid("algo", algo, f"must be a group of keys (algo={' or algo='.join(SCHEMAS)})")
+        raise invalid("algo", algo, f"must be a group of keys (algo={' or algo='.join(ALGORITHMS)})")
     name = algo.get("name")
     if custom:
         if not isinstance(name, str):
             raise invalid("algo.name", name, "must be a string")
         return
-    if name not in SCHEMAS:
-        raise invalid("algo.name", name, f"must be one of {', '.join(SCHEMAS)}")
-    schema = build(SCHEMAS[name], algo, "algo")
-    from offpolicy.algorithms.base import _AMP_DTYPES
+    if name not in ALGORITHMS:
+        raise invalid("algo.name", name, f"must be one of {', '.join(ALGORITHMS)}")
+    schema = build(ALGORITHMS[name].schema, algo, "algo")
+    from offpolicy.algorithms.contract import AMP_DTYPES
 
-    if schema.amp not in _AMP_DTYPES:
-        raise invalid("algo.amp", schema.amp, f"must be one of {', '.join(_AMP_DTYPES)}")
+    if schema.amp not in AMP_DTYPES:
+        raise invalid("algo.amp", schema.amp, f"must be one of {', '.join(AMP_DTYPES)}")
     try:
         validate(algo)
     except Exception as exc:  # noqa: BLE001 - omegaconf's errors, reported on one line

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from offpolicy.algorithms.base import UpdatesStopped
+from offpolicy.algorithms.contract import UpdatesStopped
 from offpolicy.evaluation import EvalSchedule, EvalSettings, SnapshotEval
 from offpolicy.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
 from offpolicy.lifecycle import CollectorProcess, RunFailure
@@ -108,7 +108,7 @@ class TickGraph:
         self, algorithm: Any, obs_host: dict[str, torch.Tensor], reset_host: torch.Tensor, action_host: torch.Tensor,
         finish: Any, num_train: int, warmup: int,
     ) -> None:  # fmt: skip
-        from offpolicy.algorithms.base import CapturedCall
+        from offpolicy.algorithms.capture import CapturedCall
 
         self.algorithm, self.finish, self.num_train = algorithm, finish, int(num_train)
         self.obs_host, self.reset_host, self.action_host = obs_host, reset_host, action_host

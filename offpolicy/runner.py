@@ -65,7 +65,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from offpolicy.affinity import Affinity, pin_process, resolve_affinity, restore
-from offpolicy.algorithms.base import start_compile_workers
+from offpolicy.algorithms.capture import start_compile_workers
 from offpolicy.checkpoint import (
     LATEST,
     Checkpointer,

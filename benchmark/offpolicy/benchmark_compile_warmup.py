@@ -7,7 +7,7 @@ creating it. Two sides, each in a fresh process with empty Inductor and Triton c
 
 * `lazy`: the learner is pinned to `--learner-cpus` first and Inductor creates its pool
   on first use (one worker per learner CPU): the behaviour before
-  `offpolicy.algorithms.base.start_compile_workers`;
+  `offpolicy.algorithms.capture.start_compile_workers`;
 * `wide`: `start_compile_workers(--cpus)` runs before the pinning, as the runner does.
 
 The sides alternate `--repeats` times; the ratio wide/lazy of the summed warm-up is the
@@ -87,7 +87,7 @@ def run_child(args: argparse.Namespace) -> dict:
     from envs.core import EnvSpec
     from offpolicy.affinity import pin_process
     from offpolicy.algorithms import make_algorithm
-    from offpolicy.algorithms.base import start_compile_workers
+    from offpolicy.algorithms.capture import start_compile_workers
 
     cpus, learner = parse_cpus(args.cpus), parse_cpus(args.learner_cpus)
     t0 = time.perf_counter()

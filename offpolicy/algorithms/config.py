@@ -1,10 +1,9 @@
-"""Typed schemas of the `algo` config group; the options themselves live in `conf/algo/*.yaml`."""
+"""Typed schemas of the `algo` config group (one per algorithm, registered in `offpolicy/algorithms/registry.py`);
+the options themselves live in `conf/algo/*.yaml`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from omegaconf import DictConfig, OmegaConf
 
 
 @dataclass
@@ -154,23 +153,3 @@ class FlashSACConfig(AlgoConfig):
     """longest noise hold in env steps"""
     bn_momentum: float = 0.01
     """BatchNorm running-statistics momentum"""
-
-
-SCHEMAS: dict[str, type[AlgoConfig]] = {"fastsac": FastSACConfig, "flashsac": FlashSACConfig}
-
-
-def validate(cfg: DictConfig | dict) -> DictConfig:
-    """Merge `cfg` (the `algo` node) into its schema: unknown keys and wrong types raise."""
-    name = cfg["name"]
-    if name not in SCHEMAS:
-        raise ValueError(f"unknown algo {name!r}; valid: {sorted(SCHEMAS)}")
-    return OmegaConf.merge(OmegaConf.structured(SCHEMAS[name]), cfg)
-
-
-def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore as `algo/<name>_schema`."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    for name, schema in SCHEMAS.items():
-        cs.store(group="algo", name=f"{name}_schema", node=schema)

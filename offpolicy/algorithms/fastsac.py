@@ -11,24 +11,21 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from envs.core import EnvSpec
-from offpolicy.algorithms.base import (
+from offpolicy.algorithms.contract import OffPolicyAlgorithm
+from offpolicy.algorithms.distributional import categorical_projection, expected_value
+from offpolicy.algorithms.networks import FastSACActor, FastSACCritic
+from offpolicy.algorithms.normalizers import EmpiricalNormalizer
+from offpolicy.algorithms.optim import (
     LossScaler,
-    OffPolicyAlgorithm,
     PhaseMetrics,
-    bootstrap_discount,
-    finite_rows,
     finite_step,
     frozen,
     load_optimizer_state_dict,
     make_adam,
     optimizer_state_dict,
     set_requires_grad,
-    soft_update_,
-    tanh_gaussian_sample,
 )
-from offpolicy.algorithms.distributional import categorical_projection, expected_value
-from offpolicy.algorithms.networks import FastSACActor, FastSACCritic
-from offpolicy.algorithms.normalizers import EmpiricalNormalizer
+from offpolicy.algorithms.sac import bootstrap_discount, finite_rows, soft_update_, tanh_gaussian_sample
 
 
 def value_support(reward_range: tuple[float, float], gamma: float) -> tuple[float, float]:
@@ -140,8 +137,6 @@ class FastSAC(OffPolicyAlgorithm):
 
         self._critic_loss = self.maybe_compile(self._critic_loss_fn)
         self._actor_loss = self.maybe_compile(self._actor_loss_fn)
-        self._explore_fn = self.maybe_compile(self._explore_impl)
-        self._act_fn = self.maybe_compile(self._act_impl)
 
     def _support(self, cfg: DictConfig, spec: EnvSpec) -> tuple[float, float]:
         """(v_min, v_max): the configured values, else derived from the task's reward range and gamma."""
@@ -288,21 +283,16 @@ class FastSAC(OffPolicyAlgorithm):
 
     # ------------------------------------------------------------------ inference
 
-    def _explore_impl(self, obs_actor: Tensor) -> Tensor:
+    def _explore(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
+        # no per-env exploration state (`reset_mask` unused): fresh noise every step
         with self.autocast():
             mean, log_std = self.actor.dist(self.actor.normalize(obs_actor))
         return tanh_gaussian_sample(mean.float(), log_std.float())[0]
 
-    def _act_impl(self, obs_actor: Tensor) -> Tensor:
+    def _act(self, obs_actor: Tensor) -> Tensor:
         with self.autocast():
             mean, _ = self.actor.dist(self.actor.normalize(obs_actor))
         return torch.tanh(mean.float())
-
-    def _explore(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
-        return self._explore_fn(obs_actor)  # no per-env exploration state: fresh noise every step
-
-    def _act(self, obs_actor: Tensor) -> Tensor:
-        return self._act_fn(obs_actor)
 
     # ------------------------------------------------------------------ checkpoints
 

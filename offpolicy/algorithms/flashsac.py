@@ -11,21 +11,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from envs.core import EnvSpec
-from offpolicy.algorithms.base import (
-    LossScaler,
-    OffPolicyAlgorithm,
-    PhaseMetrics,
-    bootstrap_discount,
-    finite_rows,
-    finite_step,
-    frozen,
-    load_optimizer_state_dict,
-    make_adam,
-    optimizer_state_dict,
-    set_requires_grad,
-    soft_update_,
-    tanh_gaussian_sample,
-)
+from offpolicy.algorithms.contract import OffPolicyAlgorithm
 from offpolicy.algorithms.distributional import categorical_projection, expected_value
 from offpolicy.algorithms.exploration import ZetaNoiseHold
 from offpolicy.algorithms.networks import (
@@ -36,6 +22,17 @@ from offpolicy.algorithms.networks import (
     running_stats,
 )
 from offpolicy.algorithms.normalizers import RewardScaler
+from offpolicy.algorithms.optim import (
+    LossScaler,
+    PhaseMetrics,
+    finite_step,
+    frozen,
+    load_optimizer_state_dict,
+    make_adam,
+    optimizer_state_dict,
+    set_requires_grad,
+)
+from offpolicy.algorithms.sac import bootstrap_discount, finite_rows, soft_update_, tanh_gaussian_sample
 
 
 def unified_target_entropy(action_dim: int, sigma: float) -> float:
@@ -111,6 +108,8 @@ class FlashSAC(OffPolicyAlgorithm):
       and temperature 1e-3").
     """
 
+    exploration_state_rows = True  # the held noise is per training row
+
     def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device) -> None:
         super().__init__(cfg, spec, device)
         dev = self.device
@@ -175,8 +174,6 @@ class FlashSAC(OffPolicyAlgorithm):
         self._snapshot_critic_stats = self.maybe_compile(lambda: [t.clone() for t in self.critic_stats])
         self._keep_actor_stats = self.maybe_compile(lambda saved, ok: keep_stats_if_(self.actor_stats, saved, ok))
         self._keep_critic_stats = self.maybe_compile(lambda saved, ok: keep_stats_if_(self.critic_stats, saved, ok))
-        self._explore_fn = self.maybe_compile(self._explore_impl)
-        self._act_fn = self.maybe_compile(self._act_impl)
 
     # ------------------------------------------------------------------ schedule
 
@@ -339,21 +336,13 @@ class FlashSAC(OffPolicyAlgorithm):
         # points on a sphere lies inside it, so the averaged actor is projected the same way
         renormalize_modules(averaged)
 
-    def _explore_impl(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
+    def _explore(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
         mean, log_std = self.actor.dist(obs_actor, training=False)
         noise = self.noise_hold(reset_mask)
         return torch.tanh(mean + log_std.exp() * noise)
 
-    def _act_impl(self, obs_actor: Tensor) -> Tensor:
-        return torch.tanh(self.actor.dist(obs_actor, training=False)[0])
-
-    def _explore(self, obs_actor: Tensor, reset_mask: Tensor) -> Tensor:
-        if obs_actor.shape[0] != self.noise_hold.noise.shape[0]:
-            raise ValueError(f"explore expects {self.noise_hold.noise.shape[0]} envs, got {obs_actor.shape[0]}")
-        return self._explore_fn(obs_actor, reset_mask)
-
     def _act(self, obs_actor: Tensor) -> Tensor:
-        return self._act_fn(obs_actor)
+        return torch.tanh(self.actor.dist(obs_actor, training=False)[0])
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from offpolicy.algorithms.base import squash_log_std
 from offpolicy.algorithms.normalizers import EmpiricalNormalizer
+from offpolicy.algorithms.sac import squash_log_std
 
 # --------------------------------------------------------------------------- FastSAC
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = r"""
 import json, os, sys
 from offpolicy.affinity import pin_process
-from offpolicy.algorithms.base import start_compile_workers
+from offpolicy.algorithms.capture import start_compile_workers
 
 cpus = sorted(os.sched_getaffinity(0))
 started = start_compile_workers(cpus)

@@ -9,8 +9,7 @@ from omegaconf.errors import ConfigKeyError
 
 from envs.dmc import TASKS as DMC_TASKS
 from envs.tasks import TASKS
-from offpolicy.algorithms import make_algorithm
-from offpolicy.algorithms.config import validate
+from offpolicy.algorithms import make_algorithm, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 ALGOS = ["fastsac", "flashsac"]

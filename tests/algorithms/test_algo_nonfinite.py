@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from offpolicy.algorithms.base import finite_step, make_adam, soft_update_
 from offpolicy.algorithms.normalizers import EmpiricalNormalizer, RewardScaler
+from offpolicy.algorithms.optim import finite_step, make_adam
+from offpolicy.algorithms.sac import soft_update_
 
 NAMES = ["fastsac", "flashsac"]
 NAN = float("nan")

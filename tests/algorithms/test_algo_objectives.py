@@ -15,7 +15,7 @@ import torch
 from algo_stubs import PointMassCritic
 from torch import nn
 
-from offpolicy.algorithms.base import tanh_gaussian_log_prob
+from offpolicy.algorithms.sac import tanh_gaussian_log_prob
 
 NAMES = ["fastsac", "flashsac"]
 

@@ -4,15 +4,14 @@ import math
 
 import torch
 
-from offpolicy.algorithms.base import (
-    LossScaler,
-    make_adam,
+from offpolicy.algorithms.flashsac import unified_target_entropy
+from offpolicy.algorithms.optim import LossScaler, make_adam
+from offpolicy.algorithms.sac import (
     soft_update_,
     squash_log_std,
     tanh_gaussian_log_prob,
     tanh_gaussian_sample,
 )
-from offpolicy.algorithms.flashsac import unified_target_entropy
 
 HALF_LOG_2PI = 0.9189385332046727
 

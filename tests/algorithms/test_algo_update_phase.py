@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from offpolicy.algorithms.base import OffPolicyAlgorithm
+from offpolicy.algorithms.contract import OffPolicyAlgorithm
 
 NAMES = ["fastsac", "flashsac"]
 

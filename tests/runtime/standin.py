@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from offpolicy.algorithms.base import UpdatesStopped
+from offpolicy.algorithms.contract import UpdatesStopped
 from offpolicy.replay import ReplayBuffer
 
 

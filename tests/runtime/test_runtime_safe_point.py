@@ -19,7 +19,7 @@ from sizes import SMALL
 
 from envs.core import EnvSpec
 from offpolicy.algorithms import make_algorithm
-from offpolicy.algorithms.base import UpdatesStopped
+from offpolicy.algorithms.contract import UpdatesStopped
 
 SPEC = EnvSpec(
     name="synthetic",
