@@ -15,6 +15,7 @@ library's version).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shutil
@@ -38,16 +39,21 @@ class Suite:
     targets: tuple[str, ...]
     episode_steps: int = 1000
     """the tasks' time limit: an evaluation episode shorter than this ended early"""
+    stability_targets: tuple[tuple[str, float], ...] = ()
+    """(task, target return) of the seeds table's stability column (`benchmark.offpolicy.stability`)"""
 
 
 SUITES = (
-    Suite("gymnasium", "benchmark/outputs/learning", ("120", "240", "480"), ("ant=6000", "humanoid=6000", "halfcheetah=10000")),
+    Suite("gymnasium", "benchmark/outputs/learning", ("120", "240", "480"), ("ant=6000", "humanoid=6000", "halfcheetah=10000"),
+          stability_targets=(("ant", 6000), ("humanoid", 6000), ("halfcheetah", 10000))),
     Suite(
         "dmc",
         "benchmark/outputs/learning_dmc",
         ("300", "600", "900"),
-        ("dmc_humanoid_run=600,850", "dmc_dog_run=600,850", "dmc_quadruped_run=600,900",
-         "dmc_humanoid_walk=600,900", "dmc_dog_trot=600,900"),
+        ("dmc_humanoid_run=600,850", "dmc_dog_run=600,870", "dmc_quadruped_run=600,930",
+         "dmc_humanoid_walk=600,930", "dmc_dog_trot=600,930"),
+        stability_targets=(("dmc_humanoid_run", 850), ("dmc_dog_run", 870), ("dmc_quadruped_run", 930),
+                           ("dmc_humanoid_walk", 930), ("dmc_dog_trot", 930)),
     ),
 )  # fmt: skip
 
@@ -96,9 +102,32 @@ def _episodes(stats: dict, episode_steps: int) -> str:
     return text + (f" ({short} of {len(lengths)} ended early)" if short else "")
 
 
-def seeds_table(runs: Path, episode_steps: int) -> str:
-    """One row per run folder: its final snapshot's episodes and the offline re-scores of its final checkpoint."""
-    head = "| algo | task | seed | env steps | final snapshot: mean, median [worst episode] | offline re-score of the final checkpoint: mean, median [worst episode] |"
+def stability_cell(run: Path, target: float | None) -> str:
+    """`held / after (>= 0.95 x: n), worst <median>` of the run's snapshot medians after it first reached `target`."""
+    from benchmark.offpolicy.stability import stability
+
+    if target is None:
+        return "n/a"
+    with (run / "metrics.csv").open() as f:
+        snaps = [(float(r["time/elapsed_s"]), float(r["eval/return_median"])) for r in csv.DictReader(f)
+                 if r.get("eval/return_median")]  # fmt: skip
+    got = stability([t for t, _ in snaps], [m for _, m in snaps], target)
+    if got["first_reached"] is None:
+        return f"{target:,.0f} not reached"
+    if not got["snapshots_after"]:
+        return f"{target:,.0f} first reached by the final snapshot"
+    n = got["snapshots_after"]
+    return (f"{target:,.0f} from {got['first_reached'] / 60:.1f} min: {round(got['held_fraction'] * n)}/{n} "
+            f"(>= 0.95 x: {round(got['held_fraction_95'] * n)}/{n}), worst {got['worst_after']:,.0f}")  # fmt: skip
+
+
+def seeds_table(runs: Path, episode_steps: int, targets: dict[str, float] | None = None) -> str:
+    """One row per run folder: its final snapshot's episodes, the offline re-scores of its final checkpoint and
+    how its snapshots held the task's target once first reached (`stability_cell`)."""
+    targets = targets or {}
+    head = ("| algo | task | seed | env steps | final snapshot: mean, median [worst episode] | offline re-score of "
+            "the final checkpoint: mean, median [worst episode] | snapshots at the target after first reaching it "
+            "(at 0.95 x target), worst snapshot median after |")  # fmt: skip
     rows = []
     for summary_path in sorted(runs.glob("*/summary.json")):
         summary = json.loads(summary_path.read_text())
@@ -108,9 +137,10 @@ def seeds_table(runs: Path, episode_steps: int) -> str:
             f"{ref}: {_episodes(stats, episode_steps)}" for ref, stats in (final.get("reference") or {}).items()
         ]
         cells = [final["algo"], final["env"], seed, f"{summary['env_steps'] / 1e6:.1f} M",
-                 _episodes(summary["snapshot_eval"], episode_steps), "; ".join(rescores) or "n/a"]  # fmt: skip
+                 _episodes(summary["snapshot_eval"], episode_steps), "; ".join(rescores) or "n/a",
+                 stability_cell(summary_path.parent, targets.get(final["env"]))]  # fmt: skip
         rows.append((final["algo"], final["env"], int(seed), "| " + " | ".join(cells) + " |"))
-    lines = [head, "| --- | --- | ---: | ---: | --- | --- |"] + [row[-1] for row in sorted(rows)]
+    lines = [head, "| --- | --- | ---: | ---: | --- | --- | --- |"] + [row[-1] for row in sorted(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -122,7 +152,7 @@ def generate(suite: Suite, out: Path) -> dict[str, str]:
     _run(["benchmark.offpolicy.learning_efficiency", suite.runs, "--out", str(out)])
     return {
         "results": (out / "curves_table.md").read_text(),
-        "seeds": seeds_table(REPO / suite.runs, suite.episode_steps),
+        "seeds": seeds_table(REPO / suite.runs, suite.episode_steps, dict(suite.stability_targets)),
         "efficiency": (out / "efficiency_table.md").read_text(),
     }
 

@@ -54,9 +54,28 @@ def test_seeds_table_counts_episodes_that_ended_before_the_time_limit(tmp_path):
     # seeds sort as numbers (2 before 10); 999 steps of 1000 is an episode that ended early, and so is each of
     # a re-score whose episodes all ended early (the longest of them is no time limit)
     assert lines[2:] == [
-        "| fastsac | ant | 2 | 12.3 M | 900, 951 [120] (2 of 3 ended early) | gymnasium: 900, 951 [120] (3 of 3 ended early) |",
-        "| fastsac | ant | 10 | 12.3 M | 900, 951 [120] (1 of 3 ended early) | gymnasium: 900, 951 [120] |",
+        "| fastsac | ant | 2 | 12.3 M | 900, 951 [120] (2 of 3 ended early) | gymnasium: 900, 951 [120] (3 of 3 ended early) | n/a |",
+        "| fastsac | ant | 10 | 12.3 M | 900, 951 [120] (1 of 3 ended early) | gymnasium: 900, 951 [120] | n/a |",
     ]
+
+
+def _metrics(run, snapshots):
+    """metrics.csv with a train row between snapshot rows (seconds, median): what `stability_cell` reads."""
+    lines = ["env_steps,time/elapsed_s,eval/return_median"]
+    for t, median in snapshots:
+        lines += [f"{t * 10},{t - 1},", f"{t * 10},{t},{median}"]
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_the_stability_column_counts_the_snapshots_after_the_target_was_first_reached(tmp_path):
+    _run(tmp_path, "ant_fastsac_seed0", [1000], [1000])
+    # 6000 first reached at 180 s (3.0 min); after it 6100, 5800 (>= 5700), 5000, 6050: 2 of 4 at it, 3 of 4 at 0.95 x
+    _metrics(tmp_path / "ant_fastsac_seed0", [(60, 100), (120, 5900), (180, 6000), (240, 6100), (300, 5800),
+                                              (360, 5000), (420, 6050)])  # fmt: skip
+    row = seeds_table(tmp_path, 1000, {"ant": 6000}).splitlines()[2]
+    assert row.endswith("| 6,000 from 3.0 min: 2/4 (>= 0.95 x: 3/4), worst 5,000 |")
+    assert seeds_table(tmp_path, 1000, {"ant": 7000}).splitlines()[2].endswith("| 7,000 not reached |")
+    assert seeds_table(tmp_path, 1000, {"ant": 6080}).splitlines()[2].endswith("| 6,080 from 4.0 min: 0/3 (>= 0.95 x: 2/3), worst 5,000 |")
 
 
 def test_the_committed_pages_hold_what_the_run_folders_give(capsys):
