@@ -15,7 +15,7 @@ import time
 
 from runtime_helpers import STANDIN_CLI, cli_env
 
-from offpolicy.collector import MUJOCO_LOG, point_mujoco_log_at, restore_mujoco_log
+from offpolicy.collector import MUJOCO_LOG
 
 
 def test_a_run_whose_launch_directory_is_removed_while_it_trains_still_finishes(tmp_path):
@@ -69,20 +69,26 @@ def _provoke_a_mujoco_warning() -> None:
     mujoco.mj_step(model, data)  # warns: "Nan, Inf or huge value in QPOS"
 
 
-def test_mujoco_warnings_go_to_the_named_directory_not_the_working_directory(tmp_path, monkeypatch):
-    import mujoco
-
+def test_mujoco_warnings_go_to_the_named_directory_not_the_working_directory(tmp_path):
+    # In a fresh interpreter: importing dm_control (the DMC tests do) installs a warning callback of its own,
+    # after which MuJoCo writes no log file at all in that process.
     cwd, run_dir = tmp_path / "cwd", tmp_path / "run"
     cwd.mkdir()
     run_dir.mkdir()
-    monkeypatch.chdir(cwd)
-    before = mujoco.MjLogConfig.get().logfile
-    previous = point_mujoco_log_at(str(run_dir))
-    try:
-        assert previous == before
-        _provoke_a_mujoco_warning()
-    finally:
-        restore_mujoco_log(previous)
+    script = f"""
+import mujoco
+from offpolicy.collector import point_mujoco_log_at, restore_mujoco_log
+from test_runtime_workdir import _provoke_a_mujoco_warning
+before = mujoco.MjLogConfig.get().logfile
+previous = point_mujoco_log_at({str(run_dir)!r})
+assert previous == before, (previous, before)
+try:
+    _provoke_a_mujoco_warning()
+finally:
+    restore_mujoco_log(previous)
+assert mujoco.MjLogConfig.get().logfile == before  # restored: the next warning goes where it went before
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=cli_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
     assert "Nan, Inf or huge value in QPOS" in (run_dir / MUJOCO_LOG).read_text()
     assert not (cwd / MUJOCO_LOG).exists()
-    assert mujoco.MjLogConfig.get().logfile == before  # restored: the next warning goes where it went before

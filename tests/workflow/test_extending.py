@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from sizes import SMALL
 
 import envs
+from offpolicy.checkpoint import load_checkpoint
 from offpolicy.config import ConfigError, validate_train_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,7 +154,7 @@ def test_the_readme_algorithm_learns_the_readme_task(tmp_path):
     assert summary["completed"] and summary["env_steps"] == 4000 and summary["updates"] > 0
     # the untrained actor pushes the block to a rail end and scores about -470 over the 200 steps
     assert summary["snapshot_eval"]["mean"] > -150
-    ckpt = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     fresh = make_ddpg(OmegaConf.create(ckpt["config"]["algo"]), _spec(obs_dim=2, action_dim=1), "cpu")
     fresh.load_state_dict(ckpt["algorithm"])
     for name, value in ckpt["algorithm"]["actor"].items():
