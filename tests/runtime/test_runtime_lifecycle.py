@@ -331,7 +331,10 @@ def test_watchdog_interrupts_a_phase_that_reaches_no_safe_point_in_time_and_says
     code, _, err, elapsed = run.finish(timeout_s=30)
     assert code == EXIT_COLLECTOR_FAILED, err
     grace = SAFE_POINT_GRACE_S[0]
-    assert elapsed < grace + 2.0, f"ended {elapsed:.1f} s after the kill"
+    # the phase sleeps 60 s and the longest grace is SAFE_POINT_GRACE_S[1] (10 s): ending within 8 s shows that the
+    # sleep was interrupted after the shortest grace; the rest of the margin is the exit's teardown, which takes a
+    # few seconds on a 2-core machine whose cores are both busy with other work
+    assert SAFE_POINT_GRACE_S[1] >= 8.0 and elapsed < 8.0, f"ended {elapsed:.1f} s after the kill"
     assert (
         f"collector process {pid} was killed by SIGKILL at tick 20, during the learner's update phase, "
         f"which reached no safe point within {grace:.1f} s\n"
