@@ -217,7 +217,7 @@ class ReplayConfig:
 
 @dataclass
 class FaultConfig:
-    """Hidden `runtime.fault.*` keys: fault injection for tests (see offpolicy/runner.py)."""
+    """Hidden `runtime.fault.*` keys: fault injection for tests (see offpolicy/runtime/runner.py)."""
 
     collector_raise_at_tick: int = -1
     """the collector raises inside env.step at this tick (-1: never)"""
@@ -278,7 +278,7 @@ class RuntimeConfig:
     fault: FaultConfig = field(default_factory=FaultConfig)
     """hidden: fault injection"""
     record: RecordConfig = field(default_factory=RecordConfig)
-    """hidden: a recorded window for benchmark/offpolicy/replay.py"""
+    """hidden: a recorded window for benchmark/offpolicy/trajectory_replay.py"""
 
     def check(self) -> None:
         """Factories are `module:function`; the algorithm's must import here."""

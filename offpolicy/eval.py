@@ -57,7 +57,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from offpolicy.evaluation import (
+from offpolicy.runtime.snapshot_eval import (
     MeanPolicy,
     SampledPolicy,
     dm_control_rollout,
@@ -385,7 +385,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     import torch
 
     from offpolicy.checkpoint import CheckpointError, check_compatible, load_algorithm_state, load_checkpoint
-    from offpolicy.runner import default_algorithm_factory, resolve_device
+    from offpolicy.runtime.runner import default_algorithm_factory, resolve_device
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ wall-clock seconds, one row per env, to one PNG. No W&B needed. A folder with
 metrics that is left off (no config, or no row of the metric) is named on
 stderr with the reason.
 
-Snapshot evaluations (`eval/*` rows, `offpolicy.evaluation`) are placed where
+Snapshot evaluations (`eval/*` rows, `offpolicy.runtime.snapshot_eval`) are placed where
 their snapshot was taken (`eval/env_steps`, `eval/snapshot_s`), not where their
 episodes finished: the curve shows the frozen policies of those moments.
 

@@ -1,7 +1,7 @@
 """Entry point: `python -m offpolicy.train algo=fastsac env=ant`.
 
 Thin by design: Hydra composes the config, this module hands it and the Hydra
-output dir to `offpolicy.runner.Runner`, and turns how the run ended into an
+output dir to `offpolicy.runtime.runner.Runner`, and turns how the run ended into an
 exit status with a message on stderr:
 
     0    finished
@@ -51,9 +51,9 @@ def main(cfg: DictConfig) -> None:
 
     from offpolicy.affinity import AffinityError, confine_job
     from offpolicy.checkpoint import CheckpointError
-    from offpolicy.lifecycle import Interrupted, RunFailure
     from offpolicy.logger import RunContext
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.collector_process import Interrupted, RunFailure
+    from offpolicy.runtime.runner import Runner
 
     hydra_cfg = HydraConfig.get()
     context = RunContext.from_hydra(hydra_cfg)

@@ -21,8 +21,8 @@ import pytest
 from runtime_helpers import HERE, REPO, processes_with_marker, shm_entries
 
 from offpolicy.checkpoint import load_checkpoint
-from offpolicy.learner import SAFE_POINT_GRACE_S
-from offpolicy.lifecycle import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
+from offpolicy.runtime.collector_process import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
+from offpolicy.runtime.learner import SAFE_POINT_GRACE_S
 
 # faults must be noticed within seconds: alone on the machine under `make test` (marker `serial`)
 pytestmark = pytest.mark.serial

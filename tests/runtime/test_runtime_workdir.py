@@ -15,7 +15,7 @@ import time
 
 from runtime_helpers import STANDIN_CLI, cli_env
 
-from offpolicy.collector import MUJOCO_LOG, point_mujoco_log_at, restore_mujoco_log
+from offpolicy.runtime.collector import MUJOCO_LOG, point_mujoco_log_at, restore_mujoco_log
 
 
 def test_a_run_whose_launch_directory_is_removed_while_it_trains_still_finishes(tmp_path):

@@ -28,8 +28,8 @@ import types
 from contextlib import contextmanager
 from typing import Any
 
-from offpolicy.collector import THREAD_CAP_VARS, CollectorConfig, collector_main
-from offpolicy.slots import COLLECTOR_STATE, PRODUCED, STOP, CollectorState, Layout, SharedSegment
+from offpolicy.runtime.collector import THREAD_CAP_VARS, CollectorConfig, collector_main
+from offpolicy.runtime.slots import COLLECTOR_STATE, PRODUCED, STOP, CollectorState, Layout, SharedSegment
 
 EXIT_OK = 0
 EXIT_COLLECTOR_FAILED = 3
