@@ -37,6 +37,8 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.exit_status import ExitStatus
+
 
 class ConfigError(ValueError):
     """A config value the run cannot start with; the message is one line naming the key, the value and what is allowed."""
@@ -456,7 +458,7 @@ class SweepCpuCheck(Callback):
             plan_job_blocks(kind, launcher or {}, available_cpus())
         except AffinityError as exc:
             print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-            sys.exit(2)
+            sys.exit(ExitStatus.INVALID_CONFIG)
 
 
 # --------------------------------------------------------------------------- Hydra's own errors
@@ -484,7 +486,7 @@ def hydra_errors_in_one_line() -> Iterator[None]:
                 if os.environ.get("HYDRA_FULL_ERROR") == "1":
                     raise
                 print(f"[offpolicy] invalid config: {hydra_error_line(exc)}", file=sys.stderr, flush=True)
-                sys.exit(2)
+                sys.exit(ExitStatus.INVALID_CONFIG)
 
         return report(one_line_errors)
 

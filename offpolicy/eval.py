@@ -57,6 +57,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.exit_status import ExitStatus
 from offpolicy.runtime.snapshot_eval import (
     MeanPolicy,
     SampledPolicy,
@@ -66,10 +67,6 @@ from offpolicy.runtime.snapshot_eval import (
     return_statistics,
     rollout,
 )
-
-EXIT_CONFIG = 2
-EXIT_CHECKPOINT = 5
-EXIT_VIDEO = 6
 
 CAMERAS: dict[str, dict[str, float]] = {
     "ant": {"distance": 4.0, "elevation": -20.0},
@@ -513,13 +510,13 @@ def main(cfg: DictConfig) -> None:
         r = evaluate(cfg, out_dir)
     except ConfigError as exc:
         print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(ExitStatus.INVALID_CONFIG)
     except CheckpointError as exc:
         print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CHECKPOINT)
+        sys.exit(ExitStatus.BAD_CHECKPOINT)
     except VideoError as exc:
         print(f"[offpolicy] video failed: {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_VIDEO)
+        sys.exit(ExitStatus.VIDEO_FAILED)
     std = "" if math.isnan(r["return_std"]) else f" +- {r['return_std']:.1f}"
     print(
         f"[offpolicy] eval {r['algo']} on {r['env']} (checkpoint at {r['checkpoint_env_steps']} env steps): "
