@@ -58,6 +58,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from offpolicy.exit_status import ExitStatus
+from offpolicy.logger import wandb_mode
 from offpolicy.runtime.snapshot_eval import (
     MeanPolicy,
     SampledPolicy,
@@ -231,20 +232,11 @@ def render_video(
 # --------------------------------------------------------------------------- W&B
 
 
-def _wandb_mode(mode: str) -> str:
-    if mode != "auto":
-        return mode
-    if os.environ.get("WANDB_API_KEY"):
-        return "online"
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return "online" if "api.wandb.ai" in netrc.read_text() else "offline"
-    except OSError:
-        return "offline"
-
-
 def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None:
-    """One W&B run of job_type eval with the returns and, if rendered, the video (wandb imported lazily)."""
+    """One W&B run of job_type eval with the returns and, if rendered, the video (wandb imported lazily).
+
+    Its mode follows the training run's rule (`offpolicy.logger.wandb_mode`).
+    """
     import wandb
 
     logger_cfg = cfg.logger
@@ -258,7 +250,7 @@ def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None
         tags=list(logger_cfg.get("tags") or []),
         config={k: v for k, v in result.items() if not isinstance(v, list)},
         dir=str(out_dir),
-        mode=_wandb_mode(str(logger_cfg.get("mode", "auto"))),
+        mode=wandb_mode(logger_cfg)[0],
     )
     metrics: dict[str, Any] = {
         "eval/return": result["return_mean"],
