@@ -11,7 +11,7 @@ from envs.core import NpEnv
 def _tasks() -> dict:
     """Every task by registry name: Gymnasium's MuJoCo tasks and the DeepMind Control Suite's."""
     from envs.dmc import TASKS as DMC_TASKS
-    from envs.tasks import TASKS
+    from envs.gymnasium import TASKS
 
     return {**TASKS, **DMC_TASKS}
 

@@ -58,6 +58,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.exit_status import ExitStatus
+
 FORMAT = "offpolicy-checkpoint"
 FORMAT_VERSION = 2
 """bumped whenever the layout changes in a way older readers cannot follow (2: the payload sealed with its SHA-256)"""
@@ -514,9 +516,9 @@ def main(argv: list[str] | None = None) -> int:
         path = export_policy(args.checkpoint, args.out)
     except CheckpointError as exc:
         print(f"[offpolicy] {exc}", file=sys.stderr)
-        return 5
+        return ExitStatus.BAD_CHECKPOINT
     print(f"[offpolicy] wrote {path} ({path.stat().st_size / 1e6:.1f} MB): the policy of {args.checkpoint}")
-    return 0
+    return ExitStatus.OK
 
 
 __all__ = [

@@ -37,6 +37,8 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.exit_status import ExitStatus
+
 
 class ConfigError(ValueError):
     """A config value the run cannot start with; the message is one line naming the key, the value and what is allowed."""
@@ -217,7 +219,7 @@ class ReplayConfig:
 
 @dataclass
 class FaultConfig:
-    """Hidden `runtime.fault.*` keys: fault injection for tests (see offpolicy/runner.py)."""
+    """Hidden `runtime.fault.*` keys: fault injection for tests (see offpolicy/runtime/runner.py)."""
 
     collector_raise_at_tick: int = -1
     """the collector raises inside env.step at this tick (-1: never)"""
@@ -278,7 +280,7 @@ class RuntimeConfig:
     fault: FaultConfig = field(default_factory=FaultConfig)
     """hidden: fault injection"""
     record: RecordConfig = field(default_factory=RecordConfig)
-    """hidden: a recorded window for benchmark/offpolicy/replay.py"""
+    """hidden: a recorded window for benchmark/offpolicy/trajectory_replay.py"""
 
     def check(self) -> None:
         """Factories are `module:function`; the algorithm's must import here."""
@@ -456,7 +458,7 @@ class SweepCpuCheck(Callback):
             plan_job_blocks(kind, launcher or {}, available_cpus())
         except AffinityError as exc:
             print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-            sys.exit(2)
+            sys.exit(ExitStatus.INVALID_CONFIG)
 
 
 # --------------------------------------------------------------------------- Hydra's own errors
@@ -484,7 +486,7 @@ def hydra_errors_in_one_line() -> Iterator[None]:
                 if os.environ.get("HYDRA_FULL_ERROR") == "1":
                     raise
                 print(f"[offpolicy] invalid config: {hydra_error_line(exc)}", file=sys.stderr, flush=True)
-                sys.exit(2)
+                sys.exit(ExitStatus.INVALID_CONFIG)
 
         return report(one_line_errors)
 

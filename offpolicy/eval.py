@@ -57,7 +57,9 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from offpolicy.evaluation import (
+from offpolicy.exit_status import ExitStatus
+from offpolicy.logger import wandb_mode
+from offpolicy.runtime.snapshot_eval import (
     MeanPolicy,
     SampledPolicy,
     dm_control_rollout,
@@ -66,10 +68,6 @@ from offpolicy.evaluation import (
     return_statistics,
     rollout,
 )
-
-EXIT_CONFIG = 2
-EXIT_CHECKPOINT = 5
-EXIT_VIDEO = 6
 
 CAMERAS: dict[str, dict[str, float]] = {
     "ant": {"distance": 4.0, "elevation": -20.0},
@@ -234,20 +232,11 @@ def render_video(
 # --------------------------------------------------------------------------- W&B
 
 
-def _wandb_mode(mode: str) -> str:
-    if mode != "auto":
-        return mode
-    if os.environ.get("WANDB_API_KEY"):
-        return "online"
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return "online" if "api.wandb.ai" in netrc.read_text() else "offline"
-    except OSError:
-        return "offline"
-
-
 def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None:
-    """One W&B run of job_type eval with the returns and, if rendered, the video (wandb imported lazily)."""
+    """One W&B run of job_type eval with the returns and, if rendered, the video (wandb imported lazily).
+
+    Its mode follows the training run's rule (`offpolicy.logger.wandb_mode`).
+    """
     import wandb
 
     logger_cfg = cfg.logger
@@ -261,7 +250,7 @@ def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None
         tags=list(logger_cfg.get("tags") or []),
         config={k: v for k, v in result.items() if not isinstance(v, list)},
         dir=str(out_dir),
-        mode=_wandb_mode(str(logger_cfg.get("mode", "auto"))),
+        mode=wandb_mode(logger_cfg)[0],
     )
     metrics: dict[str, Any] = {
         "eval/return": result["return_mean"],
@@ -385,7 +374,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     import torch
 
     from offpolicy.checkpoint import CheckpointError, check_compatible, load_algorithm_state, load_checkpoint
-    from offpolicy.runner import default_algorithm_factory, resolve_device
+    from offpolicy.runtime.runner import default_algorithm_factory, resolve_device
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -513,13 +502,13 @@ def main(cfg: DictConfig) -> None:
         r = evaluate(cfg, out_dir)
     except ConfigError as exc:
         print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(ExitStatus.INVALID_CONFIG)
     except CheckpointError as exc:
         print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CHECKPOINT)
+        sys.exit(ExitStatus.BAD_CHECKPOINT)
     except VideoError as exc:
         print(f"[offpolicy] video failed: {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_VIDEO)
+        sys.exit(ExitStatus.VIDEO_FAILED)
     std = "" if math.isnan(r["return_std"]) else f" +- {r['return_std']:.1f}"
     print(
         f"[offpolicy] eval {r['algo']} on {r['env']} (checkpoint at {r['checkpoint_env_steps']} env steps): "

@@ -9,7 +9,7 @@ wall-clock seconds, one row per env, to one PNG. No W&B needed. A folder with
 metrics that is left off (no config, or no row of the metric) is named on
 stderr with the reason.
 
-Snapshot evaluations (`eval/*` rows, `offpolicy.evaluation`) are placed where
+Snapshot evaluations (`eval/*` rows, `offpolicy.runtime.snapshot_eval`) are placed where
 their snapshot was taken (`eval/env_steps`, `eval/snapshot_s`), not where their
 episodes finished: the curve shows the frozen policies of those moments.
 
@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from offpolicy.exit_status import ExitStatus
 
 DEFAULT_METRICS = ("eval/return", "train/episode_return")
 """tried in this order when --metric is not given: evaluation return first, training return as fallback"""
@@ -526,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
         out, metric = plot(args.dir, args.out, args.metric, args.spread, args.center)
     except PlotArgumentError as exc:
         print(f"[offpolicy.plot] invalid arguments: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.INVALID_CONFIG
     except PlotError as exc:
         print(f"[offpolicy.plot] {exc}", file=sys.stderr)
-        return 1
+        return ExitStatus.NOTHING_TO_PLOT
     for line in skipped_runs(args.dir, metric):
         print(f"[offpolicy.plot] {line}", file=sys.stderr)
     for line in summary_lines(args.dir, metric, args.spread, args.center):
@@ -548,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         md_path.write_text(markdown)
         print(markdown, end="")
         print(f"[offpolicy.plot] wrote {md_path}")
-    return 0
+    return ExitStatus.OK
 
 
 def _target(text: str) -> tuple[str, tuple[float, ...]]:

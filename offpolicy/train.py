@@ -1,8 +1,8 @@
 """Entry point: `python -m offpolicy.train algo=fastsac env=ant`.
 
 Thin by design: Hydra composes the config, this module hands it and the Hydra
-output dir to `offpolicy.runner.Runner`, and turns how the run ended into an
-exit status with a message on stderr:
+output dir to `offpolicy.runtime.runner.Runner`, and turns how the run ended into an
+exit status (`offpolicy.exit_status.ExitStatus`) with a message on stderr:
 
     0    finished
     1    an unexpected error none of the statuses below covers (Hydra prints its traceback)
@@ -32,8 +32,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-EXIT_CHECKPOINT = 5
-"""exit status when train.resume names a bad checkpoint"""
+from offpolicy.exit_status import ExitStatus
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -47,13 +46,13 @@ def main(cfg: DictConfig) -> None:
         validate_train_config(cfg)
     except ConfigError as exc:
         print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(ExitStatus.INVALID_CONFIG)
 
     from offpolicy.affinity import AffinityError, confine_job
     from offpolicy.checkpoint import CheckpointError
-    from offpolicy.lifecycle import Interrupted, RunFailure
     from offpolicy.logger import RunContext
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.collector_process import Interrupted, RunFailure
+    from offpolicy.runtime.runner import Runner
 
     hydra_cfg = HydraConfig.get()
     context = RunContext.from_hydra(hydra_cfg)
@@ -74,15 +73,15 @@ def main(cfg: DictConfig) -> None:
             runner = Runner(cfg, context.output_dir, context=context)
         except (AffinityError, ConfigError) as exc:
             print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
-            sys.exit(2)
+            sys.exit(ExitStatus.INVALID_CONFIG)
         except CheckpointError as exc:
             print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_CHECKPOINT)
+            sys.exit(ExitStatus.BAD_CHECKPOINT)
         try:
             runner.run()
         except CheckpointError as exc:
             print(f"[offpolicy] {exc}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_CHECKPOINT)
+            sys.exit(ExitStatus.BAD_CHECKPOINT)
         except RunFailure as failure:
             if not isinstance(failure, Interrupted):  # a stop on request is no error: its one line says it all
                 logging.getLogger("offpolicy.train").error(failure.headline())

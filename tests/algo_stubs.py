@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from envs.core import EnvSpec
-from offpolicy.replay import TransitionBatch
+from offpolicy.replay_buffer import TransitionBatch
 
 
 class FixedReplay:

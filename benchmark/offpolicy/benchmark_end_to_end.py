@@ -13,7 +13,7 @@ learner on `--learner-cpus` (default 0-1), this measures steady-state env-steps/
 
 The honest reference is the run's own trajectory: every runner run records a
 window of `--record-ticks` steady-state ticks (state before it, every action and
-reset), which `benchmark/offpolicy/replay.py` then replays on the bare pool and on
+reset), which `benchmark/offpolicy/trajectory_replay.py` then replays on the bare pool and on
 NpEnv, pinned to the same collector CPUs, checking that the replay reproduces the
 run's observations. `ratio_to_replayed_bare` = in-run env-steps/s over that window
 / replayed bare env-steps/s is the runtime's efficiency (target >= 0.95 while the
@@ -47,8 +47,8 @@ if str(REPO) not in sys.path:
 from benchmark.machine import OUTPUTS, parse_cpus, write_results  # noqa: E402
 from benchmark.offpolicy.benchmark_runtime import bare_physics  # noqa: E402
 from benchmark.offpolicy.check_timeline import collector_serial  # noqa: E402
-from benchmark.offpolicy.replay import replay_run  # noqa: E402
-from offpolicy.timeline import load_intervals  # noqa: E402
+from benchmark.offpolicy.trajectory_replay import replay_run  # noqa: E402
+from offpolicy.runtime.timeline import load_intervals  # noqa: E402
 
 
 def steady_window(intervals: list[dict], fraction: float) -> tuple[list[dict], float, float, int]:
@@ -106,7 +106,7 @@ def inference_stages(run_dir: Path, fraction: float) -> dict:
     """Medians of the learner's inference stages (`perf/inference_<stage>_ms`) over the last `fraction`
     of the run's metric rows, and `inference_launch_ms`, the stages that only launch device work."""
     from benchmark.offpolicy.learning_efficiency import LAUNCH_STAGES
-    from offpolicy.learner import INFERENCE_STAGES
+    from offpolicy.runtime.learner import INFERENCE_STAGES
 
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     rows = [r for r in map(json.loads, lines) if "perf/inference_h2d_ms" in r]
@@ -125,7 +125,7 @@ def run_runner(overrides: list[str], run_dir: Path) -> dict:
     """Compose the main config with `overrides` and run it into `run_dir`."""
     from hydra import compose, initialize_config_dir
 
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.runner import Runner
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)

@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
 
 from benchmark.machine import OUTPUTS, parse_cpus, write_results  # noqa: E402
 from offpolicy.algorithms import make_algorithm  # noqa: E402
-from offpolicy.slots import Layout, SharedSegment  # noqa: E402
+from offpolicy.runtime.slots import Layout, SharedSegment  # noqa: E402
 
 
 def _spec(env: str, num_envs: int):
@@ -123,11 +123,11 @@ def under_physics_load(env_name: str, num_envs: int, cpus: list[int] | None):
 
 
 def graph_tick_split(args, algo, spec, n: int, obs_shm, reset_shm, act_shm, scaling, tiny, awake_gap) -> list[dict]:
-    """The runtime's one-graph tick (`runtime.tick_graph`, `offpolicy.learner.TickGraph`, on the same page-locked
+    """The runtime's one-graph tick (`runtime.tick_graph`, `offpolicy.runtime.learner.TickGraph`, on the same page-locked
     slots): the host's launch, the tick (launch to the actions in the slot) and the device's time (CUDA events)
     per call, back to back, after `awake_gap` (the keep-awake 25-ms wait), and under a collector's physics load; and for scale
     the launch of a one-kernel graph. In a run the learner's stages read `policy` (launch) and `action_copy`."""
-    from offpolicy.learner import TickGraph
+    from offpolicy.runtime.learner import TickGraph
 
     low, mid, half = scaling
     high = low + 2 * half

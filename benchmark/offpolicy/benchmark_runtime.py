@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
 
 from benchmark.machine import OUTPUTS, write_results  # noqa: E402
 from offpolicy.affinity import resolve_affinity  # noqa: E402
-from offpolicy.slots import (  # noqa: E402
+from offpolicy.runtime.slots import (  # noqa: E402
     ACTION_TICK,
     DEFAULT_SPIN_US,
     OBS_TICK,
@@ -157,7 +157,7 @@ def runtime_throughput(overrides: list[str], num_envs: int, ticks: int, warmup: 
     """Steady-state env-steps/s of the whole runtime with learning off (metrics after the warm-up interval)."""
     from hydra import compose, initialize_config_dir
 
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.runner import Runner
 
     interval = max(1, (ticks - warmup) // 4) * num_envs
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

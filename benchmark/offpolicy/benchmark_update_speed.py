@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from envs.core import EnvSpec  # noqa: E402
 from offpolicy.algorithms import make_algorithm  # noqa: E402
-from offpolicy.replay import ReplayBuffer  # noqa: E402
+from offpolicy.replay_buffer import ReplayBuffer  # noqa: E402
 
 OUT_DIR = REPO / "benchmark" / "outputs" / "update_speed"
 # observation / action widths of this framework's tasks (envs.make(name).spec)
@@ -86,7 +86,7 @@ def synchronize(device: torch.device) -> None:
 
 def task_reward_range(env: str) -> tuple[float, float]:
     """The task's per-step reward bounds: FastSAC sizes its C51 support from them, as in a run."""
-    from envs.tasks import TASKS
+    from envs.gymnasium import TASKS
 
     return TASKS[env]().reward_range
 

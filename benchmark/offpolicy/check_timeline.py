@@ -1,6 +1,6 @@
 """Check a recorded timeline: inference and update never overlap, and alternate tick by tick.
 
-Reads a Chrome trace written by `offpolicy.timeline.Timeline` (or trimmed by
+Reads a Chrome trace written by `offpolicy.runtime.timeline.Timeline` (or trimmed by
 `benchmark_end_to_end.py`), checks the device track (CUDA events) where it exists
 and the host track always, prints a report and writes it next to the trace as
 `<trace>.check.json`. Exit status 0 when every check passes. Where the trace has
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from offpolicy.timeline import load_intervals  # noqa: E402
+from offpolicy.runtime.timeline import load_intervals  # noqa: E402
 
 
 def check_track(intervals: list[dict]) -> dict:

@@ -53,8 +53,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmark.machine import OUTPUTS  # noqa: E402
-from offpolicy.learner import INFERENCE_STAGES  # noqa: E402
 from offpolicy.plot import STEP_KEY, TIME_KEY, RunRecord, find_runs  # noqa: E402
+from offpolicy.runtime.learner import INFERENCE_STAGES  # noqa: E402
 
 TARGET_RATIO = 0.95
 """the efficiency target: in-run env-steps/s over the recorded window >= 0.95 x bare physics replaying it"""

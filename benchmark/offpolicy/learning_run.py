@@ -10,7 +10,7 @@ minutes) is made (benchmark/README.md, "Learning"):
 2. `python -m offpolicy.eval checkpoint=<final checkpoint> episodes=<n> reference=<ref>`: the final snapshot's
    statistics in our env and in the implementation the task reproduces (Gymnasium's, or dm_control's for the
    DMC tasks), kept as `eval_final.json`;
-3. `benchmark/offpolicy/replay.py` on the recorded window, pinned to the collector's CPUs: the run's rate over
+3. `benchmark/offpolicy/trajectory_replay.py` on the recorded window, pinned to the collector's CPUs: the run's rate over
    the window against bare physics replaying exactly its states, actions and resets (`replay.json`, with
    `ratio_to_replayed_bare`).
 
@@ -151,7 +151,7 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> 
 
 def learning_run(args: argparse.Namespace) -> dict:
     """Train, re-score, replay; copy the kept files into `<out>/<task>_<algo>_seed<k>/`; returns a short summary."""
-    from benchmark.offpolicy.replay import replay_run
+    from benchmark.offpolicy.trajectory_replay import replay_run
 
     name = f"{args.task}_{args.algo}_seed{args.seed}"
     keep = Path(args.out) / name

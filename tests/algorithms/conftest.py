@@ -11,7 +11,7 @@ from sizes import SMALL
 
 from envs.core import EnvSpec
 from offpolicy.algorithms import make_algorithm
-from offpolicy.replay import ReplayBuffer
+from offpolicy.replay_buffer import ReplayBuffer
 
 NUM_ENVS, OBS_DIM, ACTION_DIM = 6, 7, 3
 

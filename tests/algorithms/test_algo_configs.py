@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
 from envs.dmc import TASKS as DMC_TASKS
-from envs.tasks import TASKS
+from envs.gymnasium import TASKS
 from offpolicy.algorithms import make_algorithm, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

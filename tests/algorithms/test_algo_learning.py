@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from envs.core import EnvSpec
 from offpolicy.algorithms import make_algorithm
-from offpolicy.replay import ReplayBuffer
+from offpolicy.replay_buffer import ReplayBuffer
 
 
 class PointMassGoal:

@@ -10,11 +10,11 @@ import torch
 from algo_stubs import FixedReplay, PointMassCritic
 from omegaconf import OmegaConf
 
-from envs.tasks import TASKS
-from envs.tasks.reward_bounds import MAX_BACKWARD_SPEED
+from envs.gymnasium import TASKS
+from envs.gymnasium.reward_bounds import MAX_BACKWARD_SPEED
 from offpolicy.algorithms import make_algorithm
 from offpolicy.algorithms.fastsac import value_support
-from offpolicy.replay import TransitionBatch
+from offpolicy.replay_buffer import TransitionBatch
 
 
 @pytest.mark.parametrize(

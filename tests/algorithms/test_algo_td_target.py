@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from offpolicy.replay import ReplayBuffer
+from offpolicy.replay_buffer import ReplayBuffer
 
 ATOM_LOGITS = {+1: [-50.0, -50.0, 50.0], -1: [50.0, -50.0, -50.0]}
 

@@ -44,7 +44,7 @@ def test_each_child_compiles_into_empty_caches_with_inductors_own_worker_count(m
     assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(str(tmp_path), "inductor")
     assert env["TRITON_CACHE_DIR"] == os.path.join(str(tmp_path), "triton")
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in env  # a count from the caller would make both sides equal
-    assert os.path.isfile(os.path.join(env["PYTHONPATH"].split(os.pathsep)[0], "offpolicy", "runner.py"))
+    assert os.path.isfile(os.path.join(env["PYTHONPATH"].split(os.pathsep)[0], "offpolicy", "runtime", "runner.py"))
 
 
 def test_a_run_cut_short_keeps_the_measurements_it_finished(monkeypatch, tmp_path):

@@ -132,8 +132,8 @@ def test_deferred_rewards_of_reset_rows_read_the_step_that_ended_them():
     """Rows reset in a step get their reward from that step's final physics, not the new episode's: a reward
     reading the state (a Hopper whose reward adds its height) and one reading sensors (DMC cheetah's speed,
     against a twin whose episodes do not end there)."""
+    from envs.gymnasium.hopper import Hopper
     from envs.mujoco.np_env import MujocoNpEnv
-    from envs.tasks.hopper import Hopper
 
     class HeightHopper(Hopper):
         def reward_terms(self, p, velocity, action, healthy):

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.tasks import TASKS
+from envs.gymnasium import TASKS
 
 NAMES = ["ant", "humanoid", "halfcheetah", "hopper", "walker2d"]
 FORWARD_TOL = {"ant": 0.1, "humanoid": 1e-2, "halfcheetah": 1e-6, "hopper": 1e-6, "walker2d": 1e-6}

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.tasks import TASKS
+from envs.gymnasium import TASKS
 
 # episodes per side; HalfCheetah never terminates (1000-step episodes), so fewer
 EPISODES = {"ant": 60, "humanoid": 300, "halfcheetah": 8, "hopper": 600, "walker2d": 600}

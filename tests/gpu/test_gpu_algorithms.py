@@ -272,7 +272,7 @@ def test_whole_tick_graph_matches_eager_explore_and_snapshot_act(trained):
     snapshot's `act` on the evaluation rows, applies the learner's `finish` and copies the actions out. Its
     actions equal eager `explore`/`act` on the same observations and noise (tolerances as above), with the
     learner's actual `finish` arithmetic (scaling) and both parities' graphs captured and replayed."""
-    from offpolicy.learner import TickGraph
+    from offpolicy.runtime.learner import TickGraph
 
     name, amp = trained["name"], trained["amp"]
     production = trained["production"]
@@ -330,8 +330,8 @@ def test_a_run_with_the_tick_graph_captures_it_and_keeps_strict_time_sharing(tmp
     from hydra import compose, initialize_config_dir
 
     from benchmark.offpolicy.check_timeline import check_track
-    from offpolicy.runner import Runner
-    from offpolicy.timeline import load_intervals
+    from offpolicy.runtime.runner import Runner
+    from offpolicy.runtime.timeline import load_intervals
 
     overrides = [
         f"algo={algo}", "env=hopper", "env.num_envs=64", "eval.num_envs=4", "eval.episodes=4",

@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from offpolicy.ingress import HEADER_TICK, IngressRing
-from offpolicy.slots import ACTION_TICK, OBS_TICK, STOP, SharedSegment, WaitAborted, Waiter
+from offpolicy.runtime.ingress import HEADER_TICK, IngressRing
+from offpolicy.runtime.slots import ACTION_TICK, OBS_TICK, STOP, SharedSegment, WaitAborted, Waiter
 
 
 def ring_producer(name, layout, ring_slots, count, max_delay_s, seed, spin_us):

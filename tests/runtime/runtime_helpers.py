@@ -79,7 +79,7 @@ def train_cli(run_dir: Path, *overrides: str, timeout: float = 240) -> subproces
 
 def run_in_process(cfg, run_dir: Path, algorithm_factory=None):
     """Run the runner in this process (the collector is still a spawned process) and return it."""
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.runner import Runner
 
     before = os.sched_getaffinity(0)
     runner = Runner(cfg, run_dir, algorithm_factory=algorithm_factory)

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from offpolicy.algorithms.contract import UpdatesStopped
-from offpolicy.replay import ReplayBuffer
+from offpolicy.replay_buffer import ReplayBuffer
 
 
 def _squash(x: torch.Tensor) -> torch.Tensor:

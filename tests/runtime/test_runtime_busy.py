@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from offpolicy.learner import Learner
+from offpolicy.runtime.learner import Learner
 
 
 class FakeEvent:

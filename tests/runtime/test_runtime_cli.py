@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from runtime_helpers import REPO, STANDIN_CLI, train_cli
 
-from offpolicy.runner import UNBOUNDED_TICKS, ConfigError, Runner, RuntimeSettings
+from offpolicy.runtime.runner import UNBOUNDED_TICKS, ConfigError, Runner, RuntimeSettings
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import pytest
 from ipc_workers import ring_producer
 from runtime_helpers import make_cfg, run_in_process
 
-from offpolicy.ingress import IngressRing
-from offpolicy.slots import STOP, Layout, SharedSegment
+from offpolicy.runtime.ingress import IngressRing
+from offpolicy.runtime.slots import STOP, Layout, SharedSegment
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ import pytest
 from runtime_helpers import HERE, REPO, processes_with_marker, shm_entries
 
 from offpolicy.checkpoint import load_checkpoint
-from offpolicy.learner import SAFE_POINT_GRACE_S
-from offpolicy.lifecycle import EXIT_COLLECTOR_FAILED, EXIT_LEARNER_FAILED, EXIT_SIGINT, EXIT_SIGTERM
+from offpolicy.exit_status import ExitStatus
+from offpolicy.runtime.learner import SAFE_POINT_GRACE_S
 
 # faults must be noticed within seconds: alone on the machine under `make test` (marker `serial`)
 pytestmark = pytest.mark.serial
@@ -136,7 +136,7 @@ def test_collector_killed_with_sigkill_while_the_learner_waits_keeps_the_work(tm
     os.kill(pid, signal.SIGKILL)
     code, _, err, elapsed = run.finish()
     assert elapsed < 10
-    assert code == EXIT_COLLECTOR_FAILED, err
+    assert code == ExitStatus.COLLECTOR_FAILED, err
     assert f"collector process {pid} was killed by SIGKILL at tick " in err
     assert (
         "while the learner waited for its observations" in err or "while the learner waited for its transition" in err
@@ -164,7 +164,7 @@ def test_collector_killed_during_an_update_phase_stops_it_between_two_updates_an
     time.sleep(0.3)  # inside its first update, over a second before that update ends
     os.kill(pid, signal.SIGKILL)
     code, _, err, elapsed = run.finish()
-    assert code == EXIT_COLLECTOR_FAILED, err
+    assert code == ExitStatus.COLLECTOR_FAILED, err
     assert elapsed < 6, f"ended {elapsed:.1f} s after the kill"
     match = re.search(
         rf"collector process {pid} was killed by SIGKILL at tick (\d+), during the learner's update phase\n", err
@@ -185,7 +185,7 @@ def test_collector_raising_inside_step(tmp_path):
     pid = run.collector_pid()
     code, _, err, elapsed = run.finish()
     assert elapsed < 10
-    assert code == EXIT_COLLECTOR_FAILED, err
+    assert code == ExitStatus.COLLECTOR_FAILED, err
     assert (
         "run failed: collector raised InjectedFault: injected fault in env.step (runtime.fault.collector_raise_at_tick=30) at tick 30"
         in err
@@ -206,7 +206,7 @@ def test_collector_hanging_past_its_timeout(tmp_path):
     pid = run.collector_pid()
     code, _, err, elapsed = run.finish()
     assert elapsed < 10
-    assert code == EXIT_COLLECTOR_FAILED, err
+    assert code == ExitStatus.COLLECTOR_FAILED, err
     assert "run failed: collector hung: tick 30 did not finish within 2.0 s" in err
     assert 'collector.py", line' in err and "in step" in err, "the hung collector's stack is dumped"
     assert _pid_gone(pid)
@@ -218,7 +218,7 @@ def test_learner_raising(tmp_path):
     pid = run.collector_pid()
     code, _, err, elapsed = run.finish()
     assert elapsed < 10
-    assert code == EXIT_LEARNER_FAILED, err
+    assert code == ExitStatus.LEARNER_FAILED, err
     assert (
         "run failed: learner raised InjectedLearnerFault: injected fault (runtime.fault.learner_raise_at_tick=30) at tick 30"
         in err
@@ -228,7 +228,7 @@ def test_learner_raising(tmp_path):
     run.assert_clean()
 
 
-@pytest.mark.parametrize("signum,status", [(signal.SIGINT, EXIT_SIGINT), (signal.SIGTERM, EXIT_SIGTERM)])
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, ExitStatus.SIGINT), (signal.SIGTERM, ExitStatus.SIGTERM)])
 def test_interrupting_the_runner_keeps_its_work(tmp_path, signum, status):
     """A stop request ends the loop between ticks: summary, metric rows and a final checkpoint are written."""
     # a row every tick: the loop's last row is the tick the stop request ends
@@ -280,7 +280,7 @@ def test_sigterm_to_the_whole_process_group_keeps_the_work_too(tmp_path):
     time.sleep(1.0)  # inside the 4-s phase of tick 20 now
     os.killpg(run.proc.pid, signal.SIGTERM)
     code, _, err, elapsed = run.finish()
-    assert code == EXIT_SIGTERM and elapsed < 10, err
+    assert code == ExitStatus.SIGTERM and elapsed < 10, err
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stop_reason"] == "SIGTERM" and summary["env_steps"] > 0
     assert (tmp_path / "checkpoints" / f"step_{summary['env_steps']}.pt").exists()
@@ -293,7 +293,7 @@ def test_resuming_an_interrupted_run_carries_its_counters_on(tmp_path):
     first.collector_pid()
     time.sleep(1.0)
     first.proc.send_signal(signal.SIGINT)
-    assert first.finish()[0] == EXIT_SIGINT
+    assert first.finish()[0] == ExitStatus.SIGINT
     stopped = json.loads((tmp_path / "first" / "summary.json").read_text())
     target = stopped["env_steps"] + 80
     second = CliRun(
@@ -329,7 +329,7 @@ def test_watchdog_interrupts_a_phase_that_reaches_no_safe_point_in_time_and_says
     time.sleep(2.0)  # ticks take milliseconds: the learner is well inside the 60-s phase of tick 20 now
     os.kill(pid, signal.SIGKILL)
     code, _, err, elapsed = run.finish(timeout_s=30)
-    assert code == EXIT_COLLECTOR_FAILED, err
+    assert code == ExitStatus.COLLECTOR_FAILED, err
     grace = SAFE_POINT_GRACE_S[0]
     # the phase sleeps 60 s and the longest grace is SAFE_POINT_GRACE_S[1] (10 s): ending within 8 s shows that the
     # sleep was interrupted after the shortest grace; the rest of the margin is the exit's teardown, which takes a
@@ -367,7 +367,7 @@ def test_collector_failing_to_build_its_env(tmp_path):
     # (an unknown env.name is refused before the collector starts: offpolicy.config)
     run = CliRun(tmp_path, "train.total_env_steps=800", "+runtime.env_factory=envs:no_such_factory")
     code, _, err, elapsed = run.finish()
-    assert code == EXIT_COLLECTOR_FAILED, err
+    assert code == ExitStatus.COLLECTOR_FAILED, err
     assert "run failed: collector raised AttributeError: module 'envs' has no attribute 'no_such_factory'" in err
     run.assert_clean()
 

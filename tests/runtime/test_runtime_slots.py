@@ -10,7 +10,7 @@ import time
 import pytest
 from ipc_workers import echo_peer
 
-from offpolicy.slots import (
+from offpolicy.runtime.slots import (
     ACTION_TICK,
     OBS_TICK,
     SEGMENT_PREFIX,

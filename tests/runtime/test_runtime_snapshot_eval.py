@@ -17,8 +17,8 @@ import pytest
 import torch
 from runtime_helpers import make_cfg, run_in_process
 
-from offpolicy.evaluation import EvalSchedule, EvalSettings, MeanPolicy, SnapshotEval, eval_metrics, rollout
-from offpolicy.timeline import load_intervals
+from offpolicy.runtime.snapshot_eval import EvalSchedule, EvalSettings, MeanPolicy, SnapshotEval, eval_metrics, rollout
+from offpolicy.runtime.timeline import load_intervals
 
 
 def code(version: int) -> float:
@@ -178,7 +178,7 @@ def test_physics_failures_and_non_finite_actions_never_reach_replay_or_physics(r
 
 
 def test_a_streak_of_non_finite_updates_stops_the_run_with_its_state_kept(run_dir):
-    from offpolicy.lifecycle import LearnerFailed
+    from offpolicy.runtime.collector_process import LearnerFailed
 
     cfg = make_cfg(
         train={"total_env_steps": 4 * 1000, "learning_starts": 0, "max_nonfinite_updates": 5},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from runtime_helpers import make_cfg, run_in_process
 
-from offpolicy.timeline import load_intervals
+from offpolicy.runtime.timeline import load_intervals
 
 # runs alone under `make test` (many short phases of two processes), though every assertion orders recorded
 # events and holds on a loaded machine too

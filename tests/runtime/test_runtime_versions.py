@@ -9,7 +9,7 @@ import torch
 from runtime_helpers import make_cfg, run_in_process
 from torch import nn
 
-from offpolicy.timeline import load_intervals
+from offpolicy.runtime.timeline import load_intervals
 
 
 def code(version: int) -> float:

@@ -15,7 +15,7 @@ import time
 
 from runtime_helpers import STANDIN_CLI, cli_env
 
-from offpolicy.collector import MUJOCO_LOG
+from offpolicy.runtime.collector import MUJOCO_LOG
 
 
 def test_a_run_whose_launch_directory_is_removed_while_it_trains_still_finishes(tmp_path):
@@ -77,7 +77,7 @@ def test_mujoco_warnings_go_to_the_named_directory_not_the_working_directory(tmp
     run_dir.mkdir()
     script = f"""
 import mujoco
-from offpolicy.collector import point_mujoco_log_at, restore_mujoco_log
+from offpolicy.runtime.collector import point_mujoco_log_at, restore_mujoco_log
 from test_runtime_workdir import _provoke_a_mujoco_warning
 before = mujoco.MjLogConfig.get().logfile
 previous = point_mujoco_log_at({str(run_dir)!r})

@@ -21,7 +21,7 @@ from envs.core import EnvSpec
 from offpolicy import checkpoint as ck
 from offpolicy.algorithms import make_algorithm
 from offpolicy.checkpoint import Checkpointer, CheckpointError, CheckpointSettings, RunIdentity
-from offpolicy.replay import ReplayBuffer
+from offpolicy.replay_buffer import ReplayBuffer
 
 REPO = Path(__file__).resolve().parents[2]
 OBS_DIM, ACTION_DIM, NUM_ENVS = 7, 3, 4

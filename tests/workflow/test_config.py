@@ -197,7 +197,7 @@ def test_a_custom_factory_owns_its_group():
 
 def test_the_runner_validates_too(tmp_path):
     """Programmatic users get the same check: Runner.__init__ refuses before starting anything."""
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.runner import Runner
 
     with pytest.raises(ConfigError, match=r"^seed=-1: must be an integer >= 0$"):
         Runner(train_cfg("seed=-1"), tmp_path / "run")

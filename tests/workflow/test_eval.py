@@ -18,7 +18,7 @@ from sizes import SMALL
 from envs.core import EnvSpec
 from offpolicy import checkpoint as ck
 from offpolicy.algorithms import make_algorithm
-from offpolicy.evaluation import MeanPolicy, SampledPolicy
+from offpolicy.runtime.snapshot_eval import MeanPolicy, SampledPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_TESTS = REPO / "tests" / "runtime"
@@ -70,7 +70,7 @@ class CountingAlgorithm:
 def test_eval_rows_get_the_snapshot_mean_action_and_never_reach_replay(tmp_path):
     from standin import make_standin
 
-    from offpolicy.runner import Runner
+    from offpolicy.runtime.runner import Runner
 
     record = tmp_path / "env_record.npz"
     train_rows, eval_rows, ticks = 4, 2, 30
@@ -282,12 +282,12 @@ def test_action_sample_runs_the_default_16_episodes_in_batches_of_the_training_r
     """Was: `action=sample` with the default 16 episodes was refused for a run of fewer than 16 training rows.
     FlashSAC holds its noise per training row: 16 episodes of a 4-row run go in 4 batches of 4, each from fresh
     resets and with every row's noise restarted exactly once, at the batch's first step."""
-    import offpolicy.runner
+    import offpolicy.runtime.runner
     from offpolicy.eval import evaluate
 
     path = task_checkpoint(tmp_path / "flashsac.pt", algo="flashsac")
     calls: list[tuple[int, torch.Tensor]] = []
-    build = offpolicy.runner.default_algorithm_factory
+    build = offpolicy.runtime.runner.default_algorithm_factory
 
     def spying_factory(algo_cfg, spec, device):
         algorithm = build(algo_cfg, spec, device)
@@ -300,7 +300,7 @@ def test_action_sample_runs_the_default_16_episodes_in_batches_of_the_training_r
         algorithm.explore = spy
         return algorithm
 
-    monkeypatch.setattr(offpolicy.runner, "default_algorithm_factory", spying_factory)
+    monkeypatch.setattr(offpolicy.runtime.runner, "default_algorithm_factory", spying_factory)
     result = evaluate(eval_cfg(path, action="sample", max_episode_steps=30), tmp_path / "all")
     assert result["episodes"] == len(result["returns"]) == 16 and len(set(result["returns"])) == 16
     assert {rows for rows, _ in calls} == {4}  # the held noise always sees its 4 rows

@@ -130,7 +130,7 @@ def test_the_slider_rewards_minus_its_distance_to_the_target_and_the_control_cos
 
 def test_a_task_in_TASKS_is_built_in(monkeypatch):
     """The README's built-in route: once in `TASKS`, `envs.make` builds it and the config check reads its options."""
-    from envs.tasks import TASKS
+    from envs.gymnasium import TASKS
 
     monkeypatch.setitem(TASKS, "slider", Slider)
     assert "slider" in envs.registry_names()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,52 @@ def test_mode_precedence(monkeypatch, tmp_path):
     (tmp_path / ".netrc").unlink()
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     assert wandb_mode({"mode": "auto"})[0] == "online"
+
+
+class RecordingWandb(types.ModuleType):
+    """A stand-in `wandb` module that records what `init` was given."""
+
+    def __init__(self) -> None:
+        super().__init__("wandb")
+        self.modes: list[str] = []
+
+    def init(self, **kwargs):
+        self.modes.append(kwargs["mode"])
+        return types.SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+
+
+@pytest.mark.parametrize(
+    "environ,netrc_text,mode,expected",
+    [
+        ({"WANDB_MODE": "disabled"}, "machine api.wandb.ai login user password abc123\n", "auto", "disabled"),
+        ({"WANDB_MODE": "offline"}, "", "online", "offline"),
+        ({}, "# api.wandb.ai: no entry for it yet\n", "auto", "offline"),
+        ({"WANDB_IDENTITY_TOKEN_FILE": "/run/token"}, "", "auto", "online"),
+        ({"WANDB_BASE_URL": "https://wandb.example.org"}, "machine wandb.example.org login u password p\n", "auto", "online"),
+        ({}, "machine api.wandb.ai login user password abc123\n", "auto", "online"),
+        ({}, "", "auto", "offline"),
+    ],
+)
+def test_eval_picks_the_wandb_mode_by_the_training_runs_rule(monkeypatch, tmp_path, environ, netrc_text, mode, expected):
+    from offpolicy.eval import log_to_wandb
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "NETRC", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in environ.items():
+        monkeypatch.setenv(var, value)
+    if netrc_text:
+        (tmp_path / ".netrc").write_text(netrc_text)
+        (tmp_path / ".netrc").chmod(0o600)
+    fake = RecordingWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    logger_cfg = OmegaConf.create({"name": "wandb", "mode": mode, "project": "p"})
+    result = {
+        "env": "hopper", "algo": "fastsac", "checkpoint_env_steps": 100, "return_mean": 1.0,
+        "return_std": 0.0, "length_mean": 10.0, "episodes": 2,
+    }  # fmt: skip
+    log_to_wandb(OmegaConf.create({"logger": logger_cfg}), result, tmp_path)
+    assert fake.modes == [expected] == [wandb_mode(logger_cfg)[0]]
 
 
 def test_jobs_sharing_a_process_get_one_finished_run_each(tmp_path, monkeypatch):

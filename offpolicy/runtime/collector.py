@@ -1,6 +1,6 @@
 """The collector process: one `NpEnv` stepping physics on its own CPUs, talking only through shared memory.
 
-Started with the `spawn` context by `offpolicy.lifecycle.CollectorProcess`. It pins
+Started with the `spawn` context by `offpolicy.runtime.collector_process.CollectorProcess`. It pins
 itself to the collector CPUs, caps OMP/MKL/OpenBLAS at one thread, builds the
 `NpEnv` with the same CPUs for the pool workers, and never imports torch (so it
 can never create a CUDA context): this module and everything it imports are
@@ -39,14 +39,14 @@ from typing import Any
 import numpy as np
 
 from offpolicy.affinity import thread_affinities
-from offpolicy.ingress import (
+from offpolicy.runtime.ingress import (
     HEADER_NUM_DONE,
     HEADER_PHYSICS_FAILURES,
     HEADER_POLICY_VERSION,
     HEADER_TICK,
     IngressRing,
 )
-from offpolicy.slots import (
+from offpolicy.runtime.slots import (
     ACTION_POLICY_VERSION,
     ACTION_TICK,
     COLLECTOR_HEARTBEAT_NS,
@@ -136,7 +136,7 @@ class CollectorConfig:
     trace_max_ticks: int = 0
     """keep this many ticks of phase intervals for the timeline's collector track (0: none)"""
     record: RecordWindow | None = None
-    """record a window of ticks for a same-trajectory replay (benchmark/offpolicy/replay.py)"""
+    """record a window of ticks for a same-trajectory replay (benchmark/offpolicy/trajectory_replay.py)"""
 
     work_dir: str | None = None
     """the run dir (absolute): MuJoCo's MUJOCO_LOG.TXT lands there (the working directory stays as it is)"""
@@ -248,7 +248,7 @@ class PhaseRecorder:
     """Per-tick phase durations into the shared phase ring (the learner reads medians at log time), and
     the intervals themselves for the timeline's collector track while `trace_max_ticks` lasts.
 
-    Phases (`offpolicy.slots.PHASE_NAMES`): `cycle` from one obs publish to the next; `wait` for the
+    Phases (`offpolicy.runtime.slots.PHASE_NAMES`): `cycle` from one obs publish to the next; `wait` for the
     action (the learner's inference and the exchange); `physics`, the pool step; `task`, the task's
     numpy (observation, reward, termination) around it; `resets`, auto-resets; `eval_resets`, resets a
     snapshot evaluation asked for; `publish`, writing the next observations; `critical`, from the

@@ -17,7 +17,7 @@ actions, so this module can
 both in this process, pinned to the CPUs the run's collector had. The run's own
 rate over the same window comes from the collector's clock in the record.
 
-    python -m benchmark.offpolicy.replay <run dir> [--cpus 2-15]   # prints and returns the figures
+    python -m benchmark.offpolicy.trajectory_replay <run dir> [--cpus 2-15]   # prints and returns the figures
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def load_record(path: str | Path) -> dict[str, Any]:
 
 
 def window_phases(rec: dict[str, Any]) -> dict[str, Any]:
-    """The run's own ticks inside the window, phase by phase (`offpolicy.slots.PHASE_NAMES`, ms).
+    """The run's own ticks inside the window, phase by phase (`offpolicy.runtime.slots.PHASE_NAMES`, ms).
 
     The window's clock spans the cycles of its ticks 1..n-1 (each from the previous publish to this one), so
     the mean `cycle` here is the window's mean tick, while the metric rows around it report medians: a few

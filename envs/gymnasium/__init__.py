@@ -14,11 +14,11 @@ weights; the bounds here are this package's:
   inside them; an end may be infinite), `terminate_when_unhealthy` is true or false.
 """
 
-from envs.tasks.ant import Ant
-from envs.tasks.half_cheetah import HalfCheetah
-from envs.tasks.hopper import Hopper
-from envs.tasks.humanoid import Humanoid
-from envs.tasks.walker2d import Walker2d
+from envs.gymnasium.ant import Ant
+from envs.gymnasium.half_cheetah import HalfCheetah
+from envs.gymnasium.hopper import Hopper
+from envs.gymnasium.humanoid import Humanoid
+from envs.gymnasium.walker2d import Walker2d
 
 TASKS = {task.name: task for task in (Ant, Humanoid, HalfCheetah, Hopper, Walker2d)}
 

@@ -12,14 +12,14 @@ Config keys read here (all read once, into plain attributes, before the loop):
     runtime.poll_s, runtime.collector_timeout_s, runtime.startup_timeout_s,
     runtime.shutdown_grace_s, runtime.pin_host_memory
     eval.num_envs  (rows added to the collector's env that run the mean action and never reach
-        replay; see offpolicy.learner)
+        replay; see offpolicy.runtime.learner)
     checkpoint.interval_env_steps, checkpoint.keep_last, train.resume  (offpolicy.checkpoint)
 
 Checkpoints: `<run dir>/checkpoints/step_<env_steps>.pt` every `checkpoint.interval_env_steps`
 (at the end of the tick that crosses the multiple, after its update phase) and once at the end
 of every run whose learner state is intact: it reached its budget (`train.total_env_steps` or
 `train.max_seconds`), a SIGINT/SIGTERM stopped it between ticks, the collector failed (the learner
-stops at its next safe point, between two updates of an eager phase: `offpolicy.lifecycle.Watchdog`),
+stops at its next safe point, between two updates of an eager phase: `offpolicy.runtime.collector_process.Watchdog`),
 or the updates went non-finite; `latest.pt` points at the newest. Counters are those of the
 transitions that reached replay. A run stopped inside an update phase (a second signal, a learner
 error, a phase that reached no safe point in time) writes none: the last checkpoint is the
@@ -78,22 +78,29 @@ from offpolicy.checkpoint import (
     require_resumable,
     restore_rng,
 )
-from offpolicy.collector import (
+from offpolicy.config import ConfigError, import_target, validate_train_config
+from offpolicy.logger import MetricsLogger, RunContext, git_commit
+from offpolicy.replay_buffer import ReplayBuffer
+from offpolicy.runtime.collector import (
     CollectorConfig,
     EnvFactory,
     RecordWindow,
     point_mujoco_log_at,
     restore_mujoco_log,
 )
-from offpolicy.config import ConfigError, import_target, validate_train_config
-from offpolicy.evaluation import EvalSettings, MeanPolicy, eval_metrics, return_statistics, rollout
-from offpolicy.ingress import IngressRing
-from offpolicy.learner import Learner, NonFiniteUpdates, StopRequested
-from offpolicy.lifecycle import CollectorFailed, CollectorProcess, Interrupted, LearnerFailed, RunFailure, Watchdog
-from offpolicy.logger import MetricsLogger, RunContext, git_commit
-from offpolicy.replay import ReplayBuffer
-from offpolicy.slots import DEFAULT_POLL_S, DEFAULT_SPIN_US, Layout, SharedSegment, Waiter
-from offpolicy.timeline import Timeline
+from offpolicy.runtime.collector_process import (
+    CollectorFailed,
+    CollectorProcess,
+    Interrupted,
+    LearnerFailed,
+    RunFailure,
+    Watchdog,
+)
+from offpolicy.runtime.ingress import IngressRing
+from offpolicy.runtime.learner import Learner, NonFiniteUpdates, StopRequested
+from offpolicy.runtime.slots import DEFAULT_POLL_S, DEFAULT_SPIN_US, Layout, SharedSegment, Waiter
+from offpolicy.runtime.snapshot_eval import EvalSettings, MeanPolicy, eval_metrics, return_statistics, rollout
+from offpolicy.runtime.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +147,7 @@ class RuntimeSettings:
     learner_sleep_at_tick: int = -1
     learner_sleep_s: float = 0.0
     record_start_tick: int = 0
-    """hidden: first tick of a recorded window (benchmark/offpolicy/replay.py)"""
+    """hidden: first tick of a recorded window (benchmark/offpolicy/trajectory_replay.py)"""
     record_ticks: int = 0
     """hidden: ticks to record into <run dir>/record.npz (0: none)"""
     record_start_s: float | None = None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.gymnasium.reward_bounds import locomotion_reward_range
 from envs.mujoco.task import MujocoTask, PhysicsView, clip
 from envs.options import Flag, Interval, Real
-from envs.tasks.reward_bounds import locomotion_reward_range
 
 
 class Walker2d(MujocoTask):
@@ -21,7 +21,7 @@ class Walker2d(MujocoTask):
     gymnasium_id = "Walker2d-v5"
     xml_file = "walker2d_v5.xml"
     frame_skip = 4
-    options = dict(  # types and bounds: envs/tasks/__init__.py
+    options = dict(  # types and bounds: envs/gymnasium/__init__.py
         forward_reward_weight=Real(1.0, ge=0),
         ctrl_cost_weight=Real(1e-3, ge=0),
         healthy_reward=Real(1.0),
@@ -33,7 +33,7 @@ class Walker2d(MujocoTask):
 
     @property
     def reward_range(self) -> tuple[float, float]:
-        """Per-step reward bounds (envs/tasks/reward_bounds.py): (-3.006, 11) with the default options."""
+        """Per-step reward bounds (envs/gymnasium/reward_bounds.py): (-3.006, 11) with the default options."""
         # forward velocity: 10 m/s, well above strong policies' speed; control cost 1e-3 |a|^2 <= 1e-3 x 6
         # (six actions in [-1, 1]), healthy bonus 1.
         # docs/decisions.md, "Per-step reward bounds of the Gymnasium tasks"

@@ -20,9 +20,9 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from envs.gymnasium.reward_bounds import locomotion_reward_range
 from envs.mujoco.task import MujocoTask, PhysicsView
 from envs.options import Flag, Interval, Real
-from envs.tasks.reward_bounds import locomotion_reward_range
 
 
 class Humanoid(MujocoTask):
@@ -33,7 +33,7 @@ class Humanoid(MujocoTask):
     xml_file = "humanoid.xml"
     frame_skip = 5
     fresh_sensors = True
-    options = dict(  # types and bounds: envs/tasks/__init__.py
+    options = dict(  # types and bounds: envs/gymnasium/__init__.py
         forward_reward_weight=Real(1.25, ge=0),
         ctrl_cost_weight=Real(0.1, ge=0),
         healthy_reward=Real(5.0),
@@ -51,7 +51,7 @@ class Humanoid(MujocoTask):
 
     @property
     def reward_range(self) -> tuple[float, float]:
-        """Per-step reward bounds (envs/tasks/reward_bounds.py): (-4.022, 20) with the default options."""
+        """Per-step reward bounds (envs/gymnasium/reward_bounds.py): (-4.022, 20) with the default options."""
         # forward velocity (weight 1.25, of the mass centre): 12 m/s, well above the best runs' speed;
         # control cost 0.1 |a|^2 <= 0.1 x 17 x 0.4^2 = 0.272 (17 actions in [-0.4, 0.4]), healthy bonus 5,
         # no contact cost (contact_cost_weight=0).

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from offpolicy.slots import CONSUMED, INGRESS_FULL_WAITS, PRODUCED, SharedSegment, Waiter
+from offpolicy.runtime.slots import CONSUMED, INGRESS_FULL_WAITS, PRODUCED, SharedSegment, Waiter
 
 HEADER_TICK = 0
 HEADER_POLICY_VERSION = 1

@@ -15,7 +15,7 @@ Exploration state lives in the algorithm, in this process, and is reset per env
 from the reset mask the collector writes with each observation.
 
 Evaluation rows (`eval_envs`, the last rows of the collector's env) run snapshot
-evaluations (`offpolicy.evaluation`): at an eval point the learner freezes a copy of
+evaluations (`offpolicy.runtime.snapshot_eval`): at an eval point the learner freezes a copy of
 the actor (`algorithm.snapshot_actor()`, recording its policy_version), asks the
 collector to reset those rows after this tick's step, and from the next tick on
 they act with the frozen copy's mean action (`algorithm.act_snapshot`) in the same
@@ -49,11 +49,10 @@ import numpy as np
 import torch
 
 from offpolicy.algorithms.contract import UpdatesStopped
-from offpolicy.evaluation import EvalSchedule, EvalSettings, SnapshotEval
-from offpolicy.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
-from offpolicy.lifecycle import CollectorProcess, RunFailure
-from offpolicy.replay import ReplayBuffer
-from offpolicy.slots import (
+from offpolicy.replay_buffer import ReplayBuffer
+from offpolicy.runtime.collector_process import CollectorProcess, RunFailure
+from offpolicy.runtime.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
+from offpolicy.runtime.slots import (
     ACTION_POLICY_VERSION,
     ACTION_TICK,
     COLLECTOR_PHASE_TICKS,
@@ -65,7 +64,8 @@ from offpolicy.slots import (
     SharedSegment,
     Waiter,
 )
-from offpolicy.timeline import Timeline
+from offpolicy.runtime.snapshot_eval import EvalSchedule, EvalSettings, SnapshotEval
+from offpolicy.runtime.timeline import Timeline
 
 INFERENCE_STAGES = ("h2d", "policy", "eval", "post", "action_copy", "publish")
 """Host-side stages of one inference tick (`perf/inference_<stage>_ms`, medians per metric row): `h2d`

@@ -10,7 +10,7 @@ collector a short grace period to leave on its own, dump its stack if it hung
 parent unlinks the shared segment right after the handshake, so nothing of it
 can outlive the processes.
 
-Exit statuses of `python -m offpolicy.train` (documented in `offpolicy.train`):
+Exit statuses of `python -m offpolicy.train` (`offpolicy.exit_status.ExitStatus`, documented in `offpolicy.train`):
 0 finished; 3 collector failed (raised, died, hung past `runtime.collector_timeout_s`
 or failed to start); 4 learner failed; 130 interrupted by SIGINT; 143 by SIGTERM.
 """
@@ -28,20 +28,15 @@ import types
 from contextlib import contextmanager
 from typing import Any
 
-from offpolicy.collector import THREAD_CAP_VARS, CollectorConfig, collector_main
-from offpolicy.slots import COLLECTOR_STATE, PRODUCED, STOP, CollectorState, Layout, SharedSegment
-
-EXIT_OK = 0
-EXIT_COLLECTOR_FAILED = 3
-EXIT_LEARNER_FAILED = 4
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
+from offpolicy.exit_status import ExitStatus
+from offpolicy.runtime.collector import THREAD_CAP_VARS, CollectorConfig, collector_main
+from offpolicy.runtime.slots import COLLECTOR_STATE, PRODUCED, STOP, CollectorState, Layout, SharedSegment
 
 
 class RunFailure(Exception):
     """A run that ended abnormally: which side, what happened, and the details (a traceback)."""
 
-    exit_code = 1
+    exit_code: int = ExitStatus.ERROR
 
     def __init__(self, side: str, cause: str, detail: str = "", tick: int | None = None) -> None:
         self.side = side
@@ -75,7 +70,7 @@ class RunFailure(Exception):
 class CollectorFailed(RunFailure):
     """The collector raised, died, hung or could not start."""
 
-    exit_code = EXIT_COLLECTOR_FAILED
+    exit_code = ExitStatus.COLLECTOR_FAILED
 
     def __init__(self, cause: str, detail: str = "", tick: int | None = None) -> None:
         super().__init__("collector", cause, detail, tick)
@@ -84,7 +79,7 @@ class CollectorFailed(RunFailure):
 class LearnerFailed(RunFailure):
     """The learner (this process) raised."""
 
-    exit_code = EXIT_LEARNER_FAILED
+    exit_code = ExitStatus.LEARNER_FAILED
 
     def __init__(self, cause: str, detail: str = "", tick: int | None = None) -> None:
         super().__init__("learner", cause, detail, tick)
@@ -99,7 +94,7 @@ class Interrupted(RunFailure):
         """a second signal: stopped wherever the learner was, no checkpoint"""
         self.ticks, self.env_steps = int(ticks), int(env_steps)
         """completed ticks and env steps (those whose transitions reached replay): summary.json's counts"""
-        self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        self.exit_code = ExitStatus.SIGINT if signum == signal.SIGINT else ExitStatus.SIGTERM
         super().__init__("runner", f"interrupted by {signal.Signals(signum).name}")
 
     def headline(self) -> str:

@@ -9,7 +9,7 @@ allocated once at startup and never resized:
   observation starts a new episode; the learner resets exploration state there);
 - the action slot: actions in env units plus the policy_version that made them, and
   the rows to reset after this tick's step (snapshot evaluation);
-- the ingress ring (see `offpolicy.ingress`).
+- the ingress ring (see `offpolicy.runtime.ingress`).
 
 Only the parent (learner) creates and unlinks the segment. It unlinks the name
 as soon as the collector has mapped it, so from then on no crash of either
@@ -94,7 +94,7 @@ PHASE_NAMES = (
     "ingress_wait",
     "ingress_write",
 )
-"""per-tick phases of the collector (offpolicy.collector.PhaseRecorder), in nanoseconds"""
+"""per-tick phases of the collector (offpolicy.runtime.collector.PhaseRecorder), in nanoseconds"""
 PHASE_RING = 1024
 """rows of the collector's phase ring (tick % PHASE_RING)"""
 _NUM_COUNTERS = 16

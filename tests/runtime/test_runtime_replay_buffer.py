@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from offpolicy.replay import ReplayBuffer, TransitionBatch
+from offpolicy.replay_buffer import ReplayBuffer, TransitionBatch
 
 
 def _step(t: int, n: int, obs_dim: int = 3, action_dim: int = 2):

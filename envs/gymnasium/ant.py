@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.gymnasium.reward_bounds import locomotion_reward_range
 from envs.mujoco.task import MujocoTask, PhysicsView, rows_finite
 from envs.options import Flag, Interval, Real
-from envs.tasks.reward_bounds import locomotion_reward_range
 
 
 class Ant(MujocoTask):
@@ -30,7 +30,7 @@ class Ant(MujocoTask):
     gymnasium_id = "Ant-v5"
     xml_file = "ant.xml"
     frame_skip = 5
-    options = dict(  # types and bounds: envs/tasks/__init__.py
+    options = dict(  # types and bounds: envs/gymnasium/__init__.py
         forward_reward_weight=Real(1.0, ge=0),
         ctrl_cost_weight=Real(0.5, ge=0),
         healthy_reward=Real(1.0),
@@ -42,7 +42,7 @@ class Ant(MujocoTask):
 
     @property
     def reward_range(self) -> tuple[float, float]:
-        """Per-step reward bounds (envs/tasks/reward_bounds.py): (-7, 16) with the default options."""
+        """Per-step reward bounds (envs/gymnasium/reward_bounds.py): (-7, 16) with the default options."""
         # forward velocity: 15 m/s, well above the best runs' speed; control cost 0.5 |a|^2 <= 0.5 x 8
         # (eight actions in [-1, 1]), healthy bonus 1, no contact cost.
         # docs/decisions.md, "Per-step reward bounds of the Gymnasium tasks"

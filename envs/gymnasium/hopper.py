@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.gymnasium.reward_bounds import locomotion_reward_range
 from envs.mujoco.task import MujocoTask, PhysicsView, clip, rows_within
 from envs.options import Flag, Interval, Real
-from envs.tasks.reward_bounds import locomotion_reward_range
 
 
 class Hopper(MujocoTask):
@@ -22,7 +22,7 @@ class Hopper(MujocoTask):
     gymnasium_id = "Hopper-v5"
     xml_file = "hopper.xml"
     frame_skip = 4
-    options = dict(  # types and bounds: envs/tasks/__init__.py
+    options = dict(  # types and bounds: envs/gymnasium/__init__.py
         forward_reward_weight=Real(1.0, ge=0),
         ctrl_cost_weight=Real(1e-3, ge=0),
         healthy_reward=Real(1.0),
@@ -35,7 +35,7 @@ class Hopper(MujocoTask):
 
     @property
     def reward_range(self) -> tuple[float, float]:
-        """Per-step reward bounds (envs/tasks/reward_bounds.py): (-3.003, 7) with the default options."""
+        """Per-step reward bounds (envs/gymnasium/reward_bounds.py): (-3.003, 7) with the default options."""
         # forward velocity: 6 m/s, well above strong policies' speed; control cost 1e-3 |a|^2 <= 1e-3 x 3
         # (three actions in [-1, 1]), healthy bonus 1.
         # docs/decisions.md, "Per-step reward bounds of the Gymnasium tasks"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.gymnasium.reward_bounds import locomotion_reward_range
 from envs.mujoco.task import MujocoTask, PhysicsView
 from envs.options import Real
-from envs.tasks.reward_bounds import locomotion_reward_range
 
 
 class HalfCheetah(MujocoTask):
@@ -20,7 +20,7 @@ class HalfCheetah(MujocoTask):
     gymnasium_id = "HalfCheetah-v5"
     xml_file = "half_cheetah.xml"
     frame_skip = 5
-    options = dict(  # types and bounds: envs/tasks/__init__.py
+    options = dict(  # types and bounds: envs/gymnasium/__init__.py
         forward_reward_weight=Real(1.0, ge=0),
         ctrl_cost_weight=Real(0.1, ge=0),
         reset_noise_scale=Real(0.1, ge=0),
@@ -28,7 +28,7 @@ class HalfCheetah(MujocoTask):
 
     @property
     def reward_range(self) -> tuple[float, float]:
-        """Per-step reward bounds (envs/tasks/reward_bounds.py): (-3.6, 25) with the default options."""
+        """Per-step reward bounds (envs/gymnasium/reward_bounds.py): (-3.6, 25) with the default options."""
         # forward velocity: 25 m/s, well above the best runs' speed; control cost 0.1 |a|^2 <= 0.1 x 6 (six
         # actions in [-1, 1]); no healthy bonus, no termination.
         # docs/decisions.md, "Per-step reward bounds of the Gymnasium tasks"

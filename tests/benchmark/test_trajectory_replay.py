@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from offpolicy.runner import Runner
-from offpolicy.timeline import load_intervals
+from offpolicy.runtime.runner import Runner
+from offpolicy.runtime.timeline import load_intervals
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmark.offpolicy.check_timeline import collector_serial  # noqa: E402
-from benchmark.offpolicy.replay import load_record, replay_run  # noqa: E402
+from benchmark.offpolicy.trajectory_replay import load_record, replay_run  # noqa: E402
 
 
 def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_on_the_timeline(tmp_path):
@@ -94,7 +94,7 @@ def test_kept_busy_cpus_really_spin():
     """The spinners behind `replay_run(busy_cpus=...)` never sleep or block: runnable at (nearly) every look for
     1 s, (nearly) no voluntary context switch, CPU time used. How much CPU they get depends on what else runs on
     their CPU, so that share is not asserted: the scheduler's view of them holds on a loaded machine too."""
-    from benchmark.offpolicy.replay import cpus_kept_busy
+    from benchmark.offpolicy.trajectory_replay import cpus_kept_busy
 
     with cpus_kept_busy([0]) as procs:
         (proc,) = procs
