@@ -19,6 +19,7 @@ from envs.locomotion.go1_joystick import (
     RANDOMIZATIONS,
     REWARD_SCALES,
     Go1JoystickFlat,
+    combine,
     sample_command,
 )
 from envs.registry import make
@@ -107,6 +108,11 @@ def test_each_reward_term_matches_playgrounds_formula_on_a_constructed_state():
         assert terms[k][1] == 0.0, k
     total = sum(v * REWARD_SCALES[k] for k, v in want.items()) * 0.02
     np.testing.assert_allclose(reward[0], max(total, 0.0), rtol=1e-5)
+    # the sum: weighted, times dt, clipped at 0 below
+    ones = {k: np.array([1.0 if REWARD_SCALES[k] > 0 else 0.0, 1.0]) for k in REWARD_SCALES}
+    reward, weighted = combine(ones, 0.02)
+    np.testing.assert_allclose(reward, [(1.0 + 0.5 + 0.5 + 0.1) * 0.02, 0.0])
+    assert weighted["orientation"][1] == -5.0
 
 
 def test_observations_layout_previous_action_and_determinism_with_noise_off():
@@ -191,6 +197,10 @@ def test_commands_are_kept_until_their_time_then_resampled():
         assert np.all(np.abs(env.command) <= CMD_AMPLITUDE)
         env.steps_until_next_cmd = np.array([1, 1, 5, 5])
         env.command = np.full((4, 3), 9.0)  # outside the range: a resampled component cannot keep this value
+        env.step(np.zeros((4, 12)))
+        assert np.all(env.steps_until_next_cmd[:2] > 0)  # redrawn on the step whose countdown reached zero
+        np.testing.assert_array_equal(env.steps_until_next_cmd[2:], 4)
+        env.steps_until_next_cmd = np.array([1, 1, 5, 5])
         for _ in range(200):  # the due rows are redrawn until at least one component changed
             before = env.command.copy()
             env.step(np.zeros((4, 12)))
