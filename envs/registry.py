@@ -9,11 +9,12 @@ from envs.core import NpEnv
 
 
 def _tasks() -> dict:
-    """Every task by registry name: Gymnasium's MuJoCo tasks and the DeepMind Control Suite's."""
+    """Every task by registry name: Gymnasium's MuJoCo tasks, the DeepMind Control Suite's, locomotion."""
     from envs.dmc import TASKS as DMC_TASKS
     from envs.gymnasium import TASKS
+    from envs.locomotion import TASKS as LOCOMOTION_TASKS
 
-    return {**TASKS, **DMC_TASKS}
+    return {**TASKS, **DMC_TASKS, **LOCOMOTION_TASKS}
 
 
 def registry_names() -> list[str]:
@@ -44,4 +45,6 @@ def make(
     if name not in tasks:
         raise ValueError(f"unknown env {name!r}; valid names: {', '.join(sorted(tasks))}")
     task = tasks[name](**task_overrides)
+    if hasattr(task, "make_env"):  # a task that carries state between steps builds its own env
+        return task.make_env(num_envs, seed, nthread, cpu_ids)
     return MujocoNpEnv(task, num_envs=num_envs, seed=seed, nthread=nthread, cpu_ids=cpu_ids)

@@ -66,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         message = re.sub(r"^argument [^:]+: (?=--)", "", message)  # our own checks already name the option
         print(f"[offpolicy.plot] invalid arguments: {message}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(ExitStatus.INVALID_CONFIG)
 
 
 @dataclass

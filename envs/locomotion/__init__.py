@@ -1,0 +1,7 @@
+"""Legged-robot locomotion tasks over the batched pool (robot models vendored under `assets/`)."""
+
+from __future__ import annotations
+
+from envs.locomotion.go1_joystick import Go1JoystickFlat
+
+TASKS = {task.name: task for task in (Go1JoystickFlat,)}

@@ -1,0 +1,602 @@
+"""MuJoCo Playground's `Go1JoystickFlatTerrain` (velocity tracking on flat ground) on the CPU pool.
+
+Where each part comes from (Playground's `locomotion/go1/joystick.py` unless named):
+
+- Scene and physics: Playground's `scene_mjx_feetonly_flat_terrain.xml` over MuJoCo
+  Menagerie's Unitree Go1 (`assets/go1/`, see its NOTICE; visual meshes left out,
+  dynamics unchanged). As Playground's `Go1Env.__init__` (`base.py`): timestep
+  0.004 s, `ccd_iterations` 20, joint damping Kd = 0.5, position actuators with
+  Kp = 35 (`gainprm[0] = Kp`, `biasprm[1] = -Kp`): the motor targets are the
+  actuators' controls, the torques are MuJoCo's. 5 substeps per 0.02-s control
+  step, 1000-step episodes.
+- Action: targets = home pose + 0.5 x action (`step`).
+- Timing of what a step reads: as `mjx_env.step` followed by reading `data`,
+  sensors, foot positions and actuator forces come from the last substep's forward
+  pass (the state before its integration), joint positions and velocities from
+  after it.
+- Actor observation (48, `_get_obs` "state"): local linear velocity, gyro,
+  gravity in the IMU frame, joint angles - home, joint velocities, the previous
+  action (the one before this step's), the command; the first five with uniform
+  noise of half-width `noise_level` x (0.1, 0.2, 0.05, 0.03, 1.5).
+- Critic observation (123, "privileged_state"): the actor's, then the same
+  quantities without noise, the accelerometer, the global angular velocity,
+  actuator forces, the last step's foot contacts, foot velocities (world frame),
+  foot air times, the push force on the torso and Playground's push flag (both
+  zero: pushes are not implemented; Playground's default leaves them off).
+- Reward (`_get_reward`): 16 terms, each times its weight (`REWARD_SCALES`),
+  summed, times dt, clipped at 0 below. `info["reward_terms"]` holds each term
+  times its weight (Playground's `reward/<term>` metrics).
+- Commands (`reset`, `sample_command`): uniform in +-(1.5, 0.8, 1.2) at reset;
+  after an exponential time (mean 5 s) each component is, with probability 1/2,
+  redrawn (zero with probability 1 - (0.9, 0.25, 0.5)), else kept.
+- Reset (`reset`): home keyframe, x and y +- 0.5 m, yaw +- 3.14, base linear
+  and angular velocity +- 0.5, actuator controls at the home pose.
+- Termination (`_get_termination`): the IMU z axis points down.
+- Domain randomisation (`randomize.py`), each behind its option: floor friction
+  U(0.4, 1.0); joint friction loss x U(0.9, 1.1); joint armature x U(1.0, 1.05);
+  torso centre of mass + U(-0.05, 0.05) m; every link mass x U(0.9, 1.1), then
+  the torso's + U(-1, 1) kg; joint `qpos0` + U(-0.05, 0.05) rad. Playground
+  draws them once per env for a whole run; here each env draws them anew at
+  every episode start, into its own model in the pool (mass, centre of mass,
+  armature and friction through the pool's `reset` patches, which also refresh
+  MuJoCo's derived constants; friction loss and `qpos0` written into the
+  env's model directly). As in Playground, `qpos0` is read by nothing in this
+  task's dynamics (no joint springs; episodes start at the home keyframe).
+
+Rewards and `info` are computed on first read (`NpEnvState`), after the
+observation is handed out, as for the other MuJoCo tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+from mujoco_uni.batch_env import BatchEnvPool
+
+from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
+from envs.mujoco.np_env import resolve_cpu_ids
+from envs.mujoco.task import MujocoTask, rows_finite
+from envs.options import Flag, Option, Real
+
+ASSETS = Path(__file__).resolve().parent / "assets" / "go1"
+SCENE_XML = ASSETS / "scene_mjx_feetonly_flat_terrain.xml"
+CRITIC_OBS_KEY = "critic"
+FEET = ("FR", "FL", "RR", "RL")
+"""foot sites and geoms in Playground's order (`go1_constants.FEET_SITES`)"""
+KP, KD = 35.0, 0.5
+ACTION_SCALE = 0.5
+SOFT_LIMIT_FACTOR = 0.95
+TRACKING_SIGMA = 0.25
+MAX_FOOT_HEIGHT = 0.1
+CMD_AMPLITUDE = np.array([1.5, 0.8, 1.2])
+CMD_KEEP_NONZERO = np.array([0.9, 0.25, 0.5])
+CMD_MEAN_SECONDS = 5.0
+NOISE_SCALES = {"linvel": 0.1, "gyro": 0.2, "gravity": 0.05, "joint_pos": 0.03, "joint_vel": 1.5}
+POSE_WEIGHTS = np.array([1.0, 1.0, 0.1] * 4)
+REWARD_SCALES = {
+    "tracking_lin_vel": 1.0,
+    "tracking_ang_vel": 0.5,
+    "lin_vel_z": -0.5,
+    "ang_vel_xy": -0.05,
+    "orientation": -5.0,
+    "dof_pos_limits": -1.0,
+    "pose": 0.5,
+    "termination": -1.0,
+    "stand_still": -1.0,
+    "torques": -0.0002,
+    "action_rate": -0.01,
+    "energy": -0.001,
+    "feet_clearance": -2.0,
+    "feet_height": -0.2,
+    "feet_slip": -0.1,
+    "feet_air_time": 0.1,
+}
+CARRY = ("last_act", "last_last_act", "feet_air_time", "swing_peak", "last_contact")
+"""what the task carries from step to step besides the command, zero at an episode's start"""
+RANDOMIZATIONS = (
+    "randomize_floor_friction",
+    "randomize_joint_friction",
+    "randomize_armature",
+    "randomize_torso_com",
+    "randomize_link_masses",
+    "randomize_torso_mass",
+    "randomize_qpos0",
+)
+
+
+class Go1JoystickFlat(MujocoTask):
+    """Playground's Go1JoystickFlatTerrain: track (vx, vy, yaw rate) commands on flat ground."""
+
+    name: ClassVar[str] = "go1_joystick_flat"
+    frame_skip: ClassVar[int] = 5
+    max_episode_steps: ClassVar[int] = 1000
+    options: ClassVar[dict[str, Option]] = {
+        "noise_level": Real(1.0, ge=0.0),
+        **{flag: Flag(True) for flag in RANDOMIZATIONS},
+    }
+
+    def build_spec(self) -> mujoco.MjSpec:
+        """The scene without its visual meshes, plus world-frame foot positions and actuator-force sensors."""
+        spec = mujoco.MjSpec.from_file(str(SCENE_XML))
+        for geom in list(spec.geoms):
+            if geom.type == mujoco.mjtGeom.mjGEOM_MESH:
+                spec.delete(geom)
+        for mesh in list(spec.meshes):
+            spec.delete(mesh)
+        for foot in FEET:
+            spec.add_sensor(
+                name=f"{foot}_world_pos",
+                type=mujoco.mjtSensor.mjSENS_FRAMEPOS,
+                objtype=mujoco.mjtObj.mjOBJ_SITE,
+                objname=foot,
+            )
+        for actuator in spec.actuators:
+            spec.add_sensor(
+                name=f"{actuator.name}_force",
+                type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                objtype=mujoco.mjtObj.mjOBJ_ACTUATOR,
+                objname=actuator.name,
+            )
+        return spec
+
+    def build_model(self) -> mujoco.MjModel:
+        """Compile and apply Playground's `Go1Env.__init__` settings (timestep, CCD iterations, PD gains)."""
+        model = self.build_spec().compile()
+        model.opt.timestep = 0.004
+        model.opt.ccd_iterations = 20
+        model.dof_damping[6:] = KD
+        model.actuator_gainprm[:, 0] = KP
+        model.actuator_biasprm[:, 1] = -KP
+        return model
+
+    def make_env(self, num_envs: int, seed: int, nthread: int | None, cpu_ids: Sequence[int] | None) -> NpEnv:
+        """The batched env of this task (`envs.registry.make`)."""
+        return Go1JoystickEnv(self, num_envs=num_envs, seed=seed, nthread=nthread, cpu_ids=cpu_ids)
+
+
+class Layout:
+    """Column indices of what the task reads from the model and the sensors (cold path)."""
+
+    def __init__(self, m: mujoco.MjModel) -> None:
+        def cols(name: str) -> slice:
+            sid = m.sensor(name).id
+            adr = int(m.sensor_adr[sid])
+            return slice(adr, adr + int(m.sensor_dim[sid]))
+
+        self.gyro, self.local_linvel, self.accelerometer = cols("gyro"), cols("local_linvel"), cols("accelerometer")
+        self.upvector, self.orientation = cols("upvector"), cols("orientation")
+        self.global_linvel, self.global_angvel = cols("global_linvel"), cols("global_angvel")
+        self.feet_vel = np.concatenate([np.arange(m.nsensordata)[cols(f"{f}_global_linvel")] for f in FEET])
+        self.feet_pos = np.concatenate([np.arange(m.nsensordata)[cols(f"{f}_world_pos")] for f in FEET])
+        self.contact = np.array([m.sensor_adr[m.sensor(f"{f}_floor_found").id] for f in FEET])
+        first_force = cols(f"{m.actuator(0).name}_force").start
+        self.actuator_force = slice(first_force, first_force + m.nu)
+        self.home_qpos = m.keyframe("home").qpos.copy()
+        self.default_pose = self.home_qpos[7:].copy()
+        lowers, uppers = m.jnt_range[1:].T
+        self.soft_lowers, self.soft_uppers = lowers * SOFT_LIMIT_FACTOR, uppers * SOFT_LIMIT_FACTOR
+        self.floor_geom = m.geom("floor").id
+        self.torso_body = m.body("trunk").id
+
+
+def gravity_in_frame(quat: np.ndarray) -> np.ndarray:
+    """(n, 3) world gravity direction (0, 0, -1) in the frame of unit quaternions (w, x, y, z): -R^T e_z."""
+    w, x, y, z = quat.T
+    return -np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1)
+
+
+def physics(layout: Layout, state: np.ndarray, sensordata: np.ndarray, nq: int, nv: int) -> dict[str, np.ndarray]:
+    """Named quantities a step reads, rows = envs (sensors from the last forward pass, joints after the step)."""
+    s = sensordata
+    return {
+        "qj": state[:, 8 : 1 + nq],
+        "vj": state[:, 1 + nq + 6 : 1 + nq + nv],
+        "gyro": s[:, layout.gyro],
+        "local_linvel": s[:, layout.local_linvel],
+        "accelerometer": s[:, layout.accelerometer],
+        "upvector": s[:, layout.upvector],
+        "gravity": gravity_in_frame(s[:, layout.orientation]),
+        "global_linvel": s[:, layout.global_linvel],
+        "global_angvel": s[:, layout.global_angvel],
+        "feet_vel": s[:, layout.feet_vel].reshape(-1, 4, 3),
+        "feet_z": s[:, layout.feet_pos].reshape(-1, 4, 3)[:, :, 2],
+        "contact": s[:, layout.contact] > 0,
+        "actuator_force": s[:, layout.actuator_force],
+    }
+
+
+def reward_terms(layout: Layout, p: dict[str, np.ndarray], c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Playground's 16 unweighted terms (`_get_reward`) from the step's physics `p` and the task's carry `c`
+    (command, action, last_act, feet_air_time, swing_peak, first_contact, terminated)."""
+    cmd = c["command"]
+    moving = np.linalg.norm(cmd, axis=1) > 0.01
+    q_err = p["qj"] - layout.default_pose
+    tau = p["actuator_force"]
+    vel_xy = p["feet_vel"][:, :, :2]
+    speed_sq = np.sum(vel_xy**2, axis=2)
+    first = c["first_contact"]
+    over = np.maximum(layout.soft_lowers - p["qj"], 0.0) + np.maximum(p["qj"] - layout.soft_uppers, 0.0)
+    return {
+        "tracking_lin_vel": np.exp(-np.sum((cmd[:, :2] - p["local_linvel"][:, :2]) ** 2, axis=1) / TRACKING_SIGMA),
+        "tracking_ang_vel": np.exp(-((cmd[:, 2] - p["gyro"][:, 2]) ** 2) / TRACKING_SIGMA),
+        "lin_vel_z": p["global_linvel"][:, 2] ** 2,
+        "ang_vel_xy": np.sum(p["global_angvel"][:, :2] ** 2, axis=1),
+        "orientation": np.sum(p["upvector"][:, :2] ** 2, axis=1),
+        "stand_still": np.sum(np.abs(q_err), axis=1) * ~moving,
+        "termination": c["terminated"].astype(np.float64),
+        "pose": np.exp(-np.sum(q_err**2 * POSE_WEIGHTS, axis=1)),
+        "torques": np.sqrt(np.sum(tau**2, axis=1)) + np.sum(np.abs(tau), axis=1),
+        "action_rate": np.sum((c["action"] - c["last_act"]) ** 2, axis=1),
+        "energy": np.sum(np.abs(p["vj"]) * np.abs(tau), axis=1),
+        "feet_slip": np.sum(speed_sq * p["contact"], axis=1) * moving,
+        "feet_clearance": np.sum(np.abs(p["feet_z"] - MAX_FOOT_HEIGHT) * np.sqrt(np.sqrt(speed_sq)), axis=1),
+        "feet_height": np.sum((c["swing_peak"] / MAX_FOOT_HEIGHT - 1.0) ** 2 * first, axis=1) * moving,
+        "feet_air_time": np.sum((c["feet_air_time"] - 0.1) * first, axis=1) * moving,
+        "dof_pos_limits": np.sum(over, axis=1),
+    }
+
+
+def combine(terms: dict[str, np.ndarray], dt: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(reward, weighted terms): each term times its weight, summed, times dt, clipped to [0, 1e4]."""
+    weighted = {k: v * REWARD_SCALES[k] for k, v in terms.items()}
+    return np.clip(sum(weighted.values()) * dt, 0.0, 10000.0), weighted
+
+
+def sample_command(rng: np.random.Generator, current: np.ndarray) -> np.ndarray:
+    """Playground's `sample_command`: each component redrawn with probability 1/2 (zero w.p. 1 - keep), else kept."""
+    n = current.shape[0]
+    drawn = rng.uniform(-CMD_AMPLITUDE, CMD_AMPLITUDE, size=(n, 3)) * (rng.random((n, 3)) < CMD_KEEP_NONZERO)
+    return np.where(rng.random((n, 3)) < 0.5, drawn, current)
+
+
+def steps_until_command(rng: np.random.Generator, n: int, dt: float) -> np.ndarray:
+    """Control steps until the next command: an exponential time with mean 5 s, rounded to steps."""
+    return np.round(rng.exponential(CMD_MEAN_SECONDS, size=n) / dt).astype(np.int64)
+
+
+class Go1JoystickEnv(NpEnv):
+    """`Go1JoystickFlat` over a `BatchEnvPool` with one model per env (domain randomisation) and auto-reset."""
+
+    def __init__(
+        self,
+        task: Go1JoystickFlat,
+        num_envs: int,
+        seed: int = 0,
+        nthread: int | None = None,
+        cpu_ids: Sequence[int] | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        ids, nthread = resolve_cpu_ids(cpu_ids, nthread)
+        self.task, self.num_envs = task, num_envs
+        self.model = task.build_model()
+        m = self.model
+        self.pool = BatchEnvPool(m, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        # a new episode's sensors as after Playground's `mj_forward` with the controls at the home pose, where
+        # the actuators exert no force: the pool's reset keeps a worker's stale controls, so it runs without them
+        reset_model = task.build_model()
+        reset_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
+        self.reset_pool = BatchEnvPool(reset_model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        self.layout = Layout(m)
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nstate = self.pool.nstate
+        self.frame_skip = task.frame_skip
+        self.dt = float(m.opt.timestep) * task.frame_skip
+        self.noise_level = float(task.cfg["noise_level"])
+        self.nominal = {
+            "geom_friction": m.geom_friction.copy(),
+            "dof_frictionloss": m.dof_frictionloss.copy(),
+            "dof_armature": m.dof_armature.copy(),
+            "body_ipos": m.body_ipos.copy(),
+            "body_mass": m.body_mass.copy(),
+            "qpos0": m.qpos0.copy(),
+        }
+        half = 0.5 * float(m.opt.timestep)
+        self._min_advance, self._max_advance = self.dt - half, self.dt + half
+        n = num_envs
+        self._state = np.zeros((n, self.nstate))
+        self._sensordata = np.zeros((n, m.nsensordata))
+        self.command = np.zeros((n, 3))
+        self.steps_until_next_cmd = np.zeros(n, dtype=np.int64)
+        self.last_act = np.zeros((n, self.nu))
+        self.last_last_act = np.zeros((n, self.nu))
+        self.feet_air_time = np.zeros((n, 4))
+        self.last_contact = np.zeros((n, 4), dtype=bool)
+        self.swing_peak = np.zeros((n, 4))
+        self._episode_length = np.zeros(n, dtype=np.int64)
+        self._episode_return = np.zeros(n)
+        self._obs: dict[str, np.ndarray] = {}
+        self._pending: NpEnvState | None = None
+        self.physics_failures_total = 0
+        self.last_step_timing: tuple[int, int, int, int] | None = None
+        ones = np.ones(self.nu, dtype=np.float32)
+        self.spec = EnvSpec(
+            name=task.name,
+            num_envs=n,
+            obs_dims={ACTOR_OBS_KEY: 48, CRITIC_OBS_KEY: 123},
+            action_dim=self.nu,
+            action_low=-ones,
+            action_high=ones,
+            dt=self.dt,
+            max_episode_steps=task.max_episode_steps,
+        )
+
+    # --- episodes ----------------------------------------------------------------
+    def initial_states(self, n: int) -> np.ndarray:
+        """Playground's reset distribution: home pose moved +-0.5 m in x, y, turned +-3.14 in yaw, base velocity
+        +-0.5."""
+        layout = self.layout
+        qpos = np.tile(layout.home_qpos, (n, 1))
+        qpos[:, :2] += self.rng.uniform(-0.5, 0.5, size=(n, 2))
+        yaw = self.rng.uniform(-3.14, 3.14, size=n)
+        turn = np.stack([np.cos(yaw / 2), np.zeros(n), np.zeros(n), np.sin(yaw / 2)], axis=1)
+        quat = np.empty((n, 4))
+        for i in range(n):  # cold path: one quaternion product per new episode
+            mujoco.mju_mulQuat(quat[i], qpos[i, 3:7], turn[i])
+        qpos[:, 3:7] = quat
+        states = np.zeros((n, self.nstate))
+        states[:, 1 : 1 + self.nq] = qpos
+        states[:, 1 + self.nq : 1 + self.nq + 6] = self.rng.uniform(-0.5, 0.5, size=(n, 6))
+        return states
+
+    def randomization(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per-env model fields drawn as Playground's `domain_randomize`, each where its option is on:
+        (fields the pool's reset patches, fields written into the env's model)."""
+        cfg, rng, nom, lay = self.task.cfg, self.rng, self.nominal, self.layout
+        patched: dict[str, np.ndarray] = {}
+        written: dict[str, np.ndarray] = {}
+        if cfg["randomize_floor_friction"]:
+            friction = np.tile(nom["geom_friction"], (n, 1, 1))
+            friction[:, lay.floor_geom, 0] = rng.uniform(0.4, 1.0, size=n)
+            patched["geom_friction"] = friction
+        if cfg["randomize_joint_friction"]:
+            loss = np.tile(nom["dof_frictionloss"], (n, 1))
+            loss[:, 6:] *= rng.uniform(0.9, 1.1, size=(n, 12))
+            written["dof_frictionloss"] = loss
+        if cfg["randomize_armature"]:
+            armature = np.tile(nom["dof_armature"], (n, 1))
+            armature[:, 6:] *= rng.uniform(1.0, 1.05, size=(n, 12))
+            patched["dof_armature"] = armature
+        if cfg["randomize_torso_com"]:
+            ipos = np.tile(nom["body_ipos"], (n, 1, 1))
+            ipos[:, lay.torso_body] += rng.uniform(-0.05, 0.05, size=(n, 3))
+            patched["body_ipos"] = ipos
+        if cfg["randomize_link_masses"] or cfg["randomize_torso_mass"]:
+            mass = np.tile(nom["body_mass"], (n, 1))
+            if cfg["randomize_link_masses"]:
+                mass *= rng.uniform(0.9, 1.1, size=mass.shape)
+            if cfg["randomize_torso_mass"]:
+                mass[:, lay.torso_body] += rng.uniform(-1.0, 1.0, size=n)
+            patched["body_mass"] = mass
+        if cfg["randomize_qpos0"]:
+            qpos0 = np.tile(nom["qpos0"], (n, 1))
+            qpos0[:, 7:] += rng.uniform(-0.05, 0.05, size=(n, 12))
+            written["qpos0"] = qpos0
+        return patched, written
+
+    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
+        """New episodes on `env_ids`: model fields, physics state, sensors, command and the task's carry."""
+        self._finish_pending()
+        n = len(env_ids)
+        if states is None:
+            states = self.initial_states(n)
+        patched, written = self.randomization(n)
+        for pool in (self.pool, self.reset_pool):
+            models = pool.get_model(env_ids.tolist())
+            for field, values in written.items():
+                for model, row in zip(models, values, strict=True):
+                    getattr(model, field)[:] = row
+        self.pool.reset(env_ids, states, randomization=dict(patched) or None, skipsensor=True)
+        states, sensordata = self.reset_pool.reset(env_ids, states, randomization=dict(patched) or None)
+        self._state = self._state.copy()
+        self._sensordata = self._sensordata.copy()
+        self._state[env_ids] = states
+        self._sensordata[env_ids] = sensordata
+        # new arrays, never writes into old ones: a deferred reward may still hold them
+        fresh = {
+            "command": self.rng.uniform(-CMD_AMPLITUDE, CMD_AMPLITUDE, size=(n, 3)),
+            "steps_until_next_cmd": steps_until_command(self.rng, n, self.dt),
+        }
+        for name in ("command", "steps_until_next_cmd", *CARRY):
+            values = getattr(self, name).copy()
+            values[env_ids] = fresh.get(name, 0)
+            setattr(self, name, values)
+        self._episode_length[env_ids] = 0
+        self._episode_return[env_ids] = 0.0
+
+    def _noisy(self, x: np.ndarray, key: str) -> np.ndarray:
+        return x + (2 * self.rng.random(x.shape) - 1) * (self.noise_level * NOISE_SCALES[key])
+
+    def observe(self, p: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+        """Actor (48) and critic (123) observations of `rows` from their physics `p` (Playground's `_get_obs`)."""
+        q_err = p["qj"] - self.layout.default_pose
+        actor = np.hstack(
+            [
+                self._noisy(p["local_linvel"], "linvel"),
+                self._noisy(p["gyro"], "gyro"),
+                self._noisy(p["gravity"], "gravity"),
+                self._noisy(p["qj"], "joint_pos") - self.layout.default_pose,
+                self._noisy(p["vj"], "joint_vel"),
+                self.last_act[rows],
+                self.command[rows],
+            ]
+        )
+        n = actor.shape[0]
+        critic = np.hstack(
+            [
+                actor,
+                p["gyro"],
+                p["accelerometer"],
+                p["gravity"],
+                p["local_linvel"],
+                p["global_angvel"],
+                q_err,
+                p["vj"],
+                p["actuator_force"],
+                self.last_contact[rows],
+                p["feet_vel"].reshape(n, 12),
+                self.feet_air_time[rows],
+                np.zeros((n, 4)),  # push force on the torso (3) and push flag: no pushes
+            ]
+        )
+        return {ACTOR_OBS_KEY: actor.astype(np.float32), CRITIC_OBS_KEY: critic.astype(np.float32)}
+
+    def _physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+        return physics(self.layout, self._state[rows], self._sensordata[rows], self.nq, self.nv)
+
+    # --- contract ------------------------------------------------------------------
+    def reset(self) -> NpEnvState:
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
+        return self._first_state()
+
+    def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        env_ids = np.asarray(env_ids, dtype=np.int32)
+        self._reset_rows(env_ids)
+        first = self.observe(self._physics(env_ids), env_ids)
+        for key, value in first.items():
+            self._obs[key][env_ids] = value
+        return first
+
+    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
+        """Start every env at the given (qpos, qvel) rows, time 0 (tests and parity checks)."""
+        states = np.zeros((self.num_envs, self.nstate))
+        states[:, 1 : 1 + self.nq] = qpos
+        states[:, 1 + self.nq : 1 + self.nq + self.nv] = qvel
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), states)
+        return self._first_state()
+
+    def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of (qpos, qvel) of `rows` as of the last `reset`/`step` (rendering)."""
+        return self._state[rows, 1 : 1 + self.nq].copy(), self._state[rows, 1 + self.nq : 1 + self.nq + self.nv].copy()
+
+    def _first_state(self) -> NpEnvState:
+        self._obs = self.observe(self._physics())
+        n = self.num_envs
+        return NpEnvState(
+            obs=self._obs,
+            reward=np.zeros(n, dtype=np.float32),
+            terminated=np.zeros(n, dtype=bool),
+            truncated=np.zeros(n, dtype=bool),
+            info={"final_obs": self._obs, "physics_failures": 0},
+        )
+
+    def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run the pool one control step at the motor targets; (state, sensordata, failed rows)."""
+        targets = self.layout.default_pose + ACTION_SCALE * actions
+        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
+        prev_time = self._state[:, 0]
+        state, sensordata = self.pool.step(
+            self._state, nstep=self.frame_skip, control=control, return_sensor=True, post_step_forward_sensor=False
+        )
+        advanced = state[:, 0] - prev_time
+        failed = (advanced < self._min_advance) | (self._max_advance < advanced) | ~rows_finite(state)
+        return state, sensordata, failed
+
+    def step(self, actions: np.ndarray) -> NpEnvState:
+        """One control step (Playground's `Joystick.step`); the reward is computed on first read."""
+        self._finish_pending()
+        actions = np.array(actions, dtype=np.float64)
+        if actions.shape != (self.num_envs, self.nu):
+            raise ValueError(f"actions must have shape {(self.num_envs, self.nu)}, got {actions.shape}")
+        prev_obs = self._obs
+        pool_start = time.perf_counter_ns()
+        state, sensordata, failed = self._advance(actions)
+        pool_end = time.perf_counter_ns()
+        self._state, self._sensordata = state, sensordata
+        p = self._physics()
+        contact = p["contact"]
+        first_contact = (self.feet_air_time > 0) & (contact | self.last_contact)
+        self.feet_air_time = self.feet_air_time + self.dt
+        self.swing_peak = np.maximum(self.swing_peak, p["feet_z"])
+        obs = self.observe(p)
+        terminated = (p["upvector"][:, 2] < 0.0) & ~failed
+        carry = {
+            "command": self.command,
+            "action": actions,
+            "last_act": self.last_act,
+            "feet_air_time": self.feet_air_time,
+            "swing_peak": self.swing_peak,
+            "first_contact": first_contact,
+            "terminated": terminated,
+        }
+        self._advance_carry(actions, contact, terminated)
+        self._episode_length += 1
+        truncated = ((self._episode_length >= self.task.max_episode_steps) & ~terminated) | failed
+        n_failed = int(np.count_nonzero(failed))
+        if n_failed:
+            self.physics_failures_total += n_failed
+            for key in obs:
+                obs[key][failed] = prev_obs[key][failed]
+        info: dict[str, Any] = {
+            "physics_failures": n_failed,
+            "physics_failed": failed,
+            "episode_length": self._episode_length.copy(),
+        }
+        reset_start = time.perf_counter_ns()
+        done_ids = np.flatnonzero(terminated | truncated).astype(np.int32)
+        final_obs = obs
+        ended_return = self._episode_return[done_ids].copy()
+        if done_ids.size:
+            final_obs = {k: v.copy() for k, v in obs.items()}
+            self._reset_rows(done_ids)
+            for key, value in self.observe(self._physics(done_ids), done_ids).items():
+                obs[key][done_ids] = value
+        self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
+        self._obs = obs
+        info["final_obs"] = final_obs
+        finish = functools.partial(self._rewards, p, carry, failed if n_failed else None, done_ids, ended_return)
+        result = NpEnvState(obs=obs, reward=None, terminated=terminated, truncated=truncated, info=info, finish=finish)
+        self._pending = result
+        return result
+
+    def _advance_carry(self, actions: np.ndarray, contact: np.ndarray, terminated: np.ndarray) -> None:
+        """After the reward's inputs are taken: the action history, command resampling, air time and swing peak
+        (new arrays, so the deferred reward keeps the ones it was given)."""
+        self.last_last_act, self.last_act = self.last_act, actions
+        self.steps_until_next_cmd = self.steps_until_next_cmd - 1
+        due = self.steps_until_next_cmd <= 0
+        self.command = np.where(due[:, None], sample_command(self.rng, self.command), self.command)
+        redraw = steps_until_command(self.rng, self.num_envs, self.dt)
+        self.steps_until_next_cmd = np.where(terminated | due, redraw, self.steps_until_next_cmd)
+        self.feet_air_time = self.feet_air_time * ~contact
+        self.last_contact = contact
+        self.swing_peak = self.swing_peak * ~contact
+
+    def _rewards(
+        self,
+        p: dict[str, np.ndarray],
+        carry: dict[str, np.ndarray],
+        failed: np.ndarray | None,
+        done_ids: np.ndarray,
+        ended_return: np.ndarray,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The deferred part of a step: reward terms, reward, running and finished episodes' returns."""
+        terms = reward_terms(self.layout, p, carry)
+        reward, weighted = combine(terms, self.dt)
+        if failed is not None:  # a failed step earns nothing
+            reward = np.where(failed, 0.0, reward)
+            weighted = {k: np.where(failed, 0.0, v) for k, v in weighted.items()}
+        self._episode_return += reward
+        episode_return = self._episode_return.copy()
+        if done_ids.size:
+            episode_return[done_ids] = ended_return + reward[done_ids]
+            self._episode_return[done_ids] = 0.0
+        return reward.astype(np.float32), {"reward_terms": weighted, "episode_return": episode_return}
+
+    def _finish_pending(self) -> None:
+        if self._pending is not None:
+            self._pending.complete()
+            self._pending = None
+
+    def close(self) -> None:
+        for name in ("pool", "reset_pool"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)
