@@ -34,6 +34,9 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
             "--", "train.total_env_steps=3000", "env.num_envs=32", "train.learning_starts=1000",
             "eval.num_envs=2", "eval.episodes=2", "eval.interval_s=null", "algo.batch_size=64",
             "algo.updates_per_step=2", "algo.critic_hidden_dim=64", "algo.actor_hidden_dim=64",
+            # a random sleep of up to 50 ms before each collector step: the ~94 ticks last seconds, so the window
+            # starting 0.5 s into the loop has its 10 ticks before the run ends, however fast the machine
+            "+runtime.fault.collector_step_delay_s=0.05",
         ]
     )  # fmt: skip
     assert status == 0
