@@ -92,6 +92,8 @@ def episode_stats(rewards: np.ndarray, terminated: np.ndarray, truncated: np.nda
         "episodes": len(returns),
         "mean_return": float(np.mean(returns)) if returns else None,
         "mean_length": float(np.mean(lengths)) if lengths else None,
+        "sem_return": float(np.std(returns) / np.sqrt(len(returns))) if returns else None,
+        "sem_length": float(np.std(lengths) / np.sqrt(len(lengths))) if lengths else None,
         "fall_fraction": falls / len(returns) if returns else None,
         "falls": falls,
         "mean_step_reward": float(np.sum(np.where(counted, rewards, 0.0)) / steps),
@@ -142,7 +144,6 @@ def make_config(envpool) -> dict:
     """envpool's task config with the noise off, as plain JSON values."""
     config = envpool.make_spec(TASK_ID, noise_level=0.0).config._asdict()
     return {k: v for k, v in config.items() if isinstance(v, (int, float, str)) and k != "base_path"}
-
 
 
 # --- our side ---------------------------------------------------------------------------------------------
@@ -221,6 +222,43 @@ def our_stats(envs: int, steps: int, seed: int) -> dict:
     return episode_stats(rewards, term, trunc, np.ones_like(term))
 
 
+def plain_joint_velocities(model, qpos: np.ndarray, qvel: np.ndarray, actions: np.ndarray, keep_warmstart: bool):
+    """(T, 12) joint velocities after each control step of plain `mj_step` calls on one MjData, the solver's
+    warm start kept from step to step or cleared at each control step (as a pool that restores only the state)."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    data.qpos[:], data.qvel[:] = qpos, qvel
+    home = model.keyframe("home").qpos[7:]
+    out = []
+    for action in actions:
+        if not keep_warmstart:
+            data.qacc_warmstart[:] = 0.0
+        data.ctrl[:] = home + 0.5 * action
+        for _ in range(5):
+            mujoco.mj_step(model, data)
+        out.append(data.qvel[6:].copy())
+    return np.asarray(out)
+
+
+def warmstart_diagnosis(ep: dict, ours: dict, seed: int) -> dict:
+    """Per-step max abs joint-velocity differences: plain MuJoCo with the warm start kept vs envpool, and with it
+    cleared at each control step vs our env."""
+    from envs.registry import make
+
+    with make("go1_joystick_flat", 1, seed=seed, nthread=1) as env:
+        model = env.model
+    qpos, qvel = reset_state_from_obs(model, ep["privileged"][0])
+    n = len(ours["reward"]) - 1
+    actions = ep["actions"][:n].astype(np.float64)
+    kept = plain_joint_velocities(model, qpos, qvel, actions, keep_warmstart=True)
+    cleared = plain_joint_velocities(model, qpos, qvel, actions, keep_warmstart=False)
+    return {
+        "kept_vs_envpool": [float(f"{d:.3e}") for d in per_step_max_abs(kept, ep["privileged"][1 : n + 1, 75:87])],
+        "cleared_vs_ours": [float(f"{d:.3e}") for d in per_step_max_abs(cleared, ours["privileged"][1:, 75:87])],
+    }
+
+
 def compare(ep: dict, ours: dict, tol: float) -> dict:
     """Per-step max abs differences of the actor and critic observations, the reward and each weighted term."""
     n = len(ours["reward"])
@@ -269,6 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         "settings": {"noise_level": 0.0, "randomisation": "off (envpool has none to switch)", "seed": args.seed,
                      "action_amplitude": args.action_amplitude},
         "trajectory": compare(ep, ours, args.tol),
+        "joint_velocity_by_plain_mujoco": warmstart_diagnosis(ep, ours, args.seed),
     }  # fmt: skip
     counted = ep["stats_counted"]
     report["random_action_stats"] = {
@@ -291,7 +330,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--action-amplitude", type=float, default=1.0)
+    parser.add_argument("--action-amplitude", type=float, default=0.3)
     parser.add_argument("--tol", type=float, default=1e-4)
     parser.add_argument("--stats-envs", type=int, default=32)
     parser.add_argument("--stats-steps", type=int, default=1100)
@@ -301,8 +340,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 if __name__ == "__main__" and "--side" in sys.argv and "envpool" in sys.argv:
     parser = argparse.ArgumentParser()
     parser.add_argument("--side")
-    for name, default in (("--npz", ""), ("--seed", 0), ("--steps", 300), ("--stats-envs", 32), ("--stats-steps", 0),
-                          ("--action-amplitude", 1.0)):
+    for name, default in (
+        ("--npz", ""),
+        ("--seed", 0),
+        ("--steps", 300),
+        ("--stats-envs", 32),
+        ("--stats-steps", 0),
+        ("--action-amplitude", 1.0),
+    ):
         parser.add_argument(name, type=type(default), default=default)
     envpool_side(parser.parse_args())
     sys.exit(0)
