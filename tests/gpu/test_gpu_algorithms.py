@@ -8,8 +8,8 @@ Inductor is told to draw random numbers with the eager kernels (`fallback_random
 generator is reseeded before every call, so both copies sample the same noise and any
 difference is arithmetic: fused kernels round differently, most of all in bf16/fp16.
 
-Tolerances, about ten times what an H200 showed (torch 2.11; printed with `-s`, committed in
-benchmark/outputs/gpu_tests/), room for other GPUs and versions while a real error (a missing
+Tolerances, about ten times what an H200 showed (torch 2.11; printed with `-s`, the log at commit
+f470913 in benchmark/outputs/gpu_tests/), room for other GPUs and versions while a real error (a missing
 step, a wrong sign, a skipped graph node) moves things by orders of magnitude more:
 - Losses, phase by phase (absolute below 1): relative 1e-5 in fp32 (seen <= 1e-6: fused kernels
   reorder sums), 1e-2 in bf16 (seen 9e-4: 8 mantissa bits round where fusion puts the casts),
