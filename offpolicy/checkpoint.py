@@ -58,6 +58,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.config import CheckpointConfig
 from offpolicy.exit_status import ExitStatus
 
 FORMAT = "offpolicy-checkpoint"
@@ -108,24 +109,6 @@ class RunIdentity:
 
     def describe(self) -> str:
         return f"algo={self.algo} env={self.env} obs_dims={self.obs_dims} action_dim={self.action_dim}"
-
-
-@dataclass(frozen=True)
-class CheckpointSettings:
-    """The `checkpoint` config group as plain values."""
-
-    interval_env_steps: int = 0
-    """env steps between periodic checkpoints (0: only the final one)"""
-    keep_last: int = 0
-    """step files of this run kept on disk, newest first (0: keep all); `latest.pt` always stays"""
-
-    @staticmethod
-    def from_cfg(cfg: DictConfig) -> CheckpointSettings:
-        interval = OmegaConf.select(cfg, "checkpoint.interval_env_steps", default=0) or 0
-        keep = OmegaConf.select(cfg, "checkpoint.keep_last", default=0) or 0
-        if int(interval) < 0 or int(keep) < 0:
-            raise ValueError(f"checkpoint.interval_env_steps ({interval}) and keep_last ({keep}) must be >= 0")
-        return CheckpointSettings(interval_env_steps=int(interval), keep_last=int(keep))
 
 
 # --------------------------------------------------------------------------- RNG state
@@ -445,7 +428,7 @@ class Checkpointer:
     def __init__(
         self,
         run_dir: str | Path,
-        settings: CheckpointSettings,
+        settings: CheckpointConfig,
         identity: RunIdentity,
         config: DictConfig | dict | None = None,
         start_env_steps: int = 0,
@@ -523,7 +506,6 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = [
     "CheckpointError",
-    "CheckpointSettings",
     "Checkpointer",
     "RunIdentity",
     "atomic_save",

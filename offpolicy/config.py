@@ -15,7 +15,8 @@ The schemas are dataclasses with a one-line docstring per field (like the algori
 schemas). A field's type is its rule: `Literal[...]` lists the choices, `X | None` accepts
 null, `PositiveInt` and friends carry a bound; a class's `check` holds the rules that span
 fields. Keys a schema does not know (typos) are refused with the valid keys listed. The
-validated objects are only read: the run keeps using the config it was given.
+validated `RunConfig` is the run's config: the runner and its components read their typed
+sections, and no other place holds a default.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ class EvalConfig:
     """wall-clock marks of the training loop that always get a snapshot"""
     final: bool = True
     """evaluate the final snapshot before the run ends"""
+
+    @property
+    def episodes_per_row(self) -> int:
+        """Episodes each eval row runs per snapshot (all rows run the same number)."""
+        return max(1, -(-self.episodes // max(self.num_envs, 1)))
 
 
 @dataclass
@@ -320,6 +326,8 @@ class RunConfig:
     """the replay"""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """the learner/collector runtime"""
+    source: Any = field(default=None, init=False, repr=False, compare=False)
+    """not a key: the composed DictConfig this was validated from (saved with the run and its checkpoints)"""
 
     def check(self) -> None:
         """The device must name an accelerator this machine has."""
@@ -334,10 +342,13 @@ def validate_train_config(
     `custom_algorithm` / `custom_env`: the caller builds the algorithm / the env itself (a
     factory passed to the Runner), so the `algo` group / the task are that factory's business.
     """
-    data = _plain(cfg)
+    source = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    data = _plain(source)
     logger = data.pop("logger", None)
     run = build(RunConfig, data, "")
     run.logger = build_logger(logger)
+    run.source = source
+    run.algo = source.get("algo")  # the algorithm reads its group as a DictConfig, checked by its own schema
     custom_env = custom_env or run.runtime.env_factory is not None
     custom_algorithm = custom_algorithm or run.runtime.algorithm_factory is not None
     if not custom_env:
@@ -630,7 +641,7 @@ def format_value(value: Any) -> str:
 
 def build(schema: type, data: Any, prefix: str) -> Any:
     """An instance of the dataclass `schema` from `data`, every key typed and bounded; `check()` run last."""
-    names = [f.name for f in dataclasses.fields(schema)]
+    names = [f.name for f in dataclasses.fields(schema) if f.init]
     if not isinstance(data, dict):
         raise invalid(prefix, data, f"must be a group of keys ({', '.join(names)})")
     for key, value in data.items():

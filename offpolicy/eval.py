@@ -240,7 +240,7 @@ def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None
     import wandb
 
     logger_cfg = cfg.logger
-    experiment = OmegaConf.select(cfg, "logger.experiment", default=None) or cfg.get("experiment") or "eval"
+    experiment = logger_cfg.get("experiment") or cfg.get("experiment") or "eval"
     run = wandb.init(
         project=logger_cfg.get("project", "offpolicy"),
         entity=logger_cfg.get("entity"),
@@ -369,7 +369,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """
     from offpolicy.config import check_reference, check_task, validate_eval_config
 
-    validate_eval_config(cfg)  # ConfigError (one line) before anything runs
+    checked = validate_eval_config(cfg)  # ConfigError (one line) before anything runs
     quiet_library_logs()  # before anything imports mujoco or dm_control
     import torch
 
@@ -385,7 +385,8 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
 
     path = Path(str(cfg.checkpoint)).expanduser()
     ckpt = load_checkpoint(path, map_location="cpu")
-    env_name = str(OmegaConf.select(cfg, "env.name", default=None) or ckpt["env"])
+    chosen_env = OmegaConf.select(cfg, "env.name", default=None)  # env=<task> on the command line, else none
+    env_name = str(chosen_env or ckpt["env"])
     check_compatible(ckpt, path, env=env_name, env_options=cfg.env_options)  # another task: refused with its sizes
     saved = ckpt.get("config") or {}
     algo_cfg = saved.get("algo")
@@ -401,7 +402,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
             gl_problem = no_gl_message(backend, problem)
             os.environ["MUJOCO_GL"] = "disable"
     options = {**((saved.get("env") or {}).get("options") or {}), **OmegaConf.to_container(cfg.env_options)}
-    name_key = "env.name" if OmegaConf.select(cfg, "env.name", default=None) else "checkpoint"
+    name_key = "env.name" if chosen_env else "checkpoint"
     check_task(env_name, options, name_key, "env_options")  # before the env is built: one line, not a traceback
     check_reference(reference, env_name)
     if cfg.get("max_episode_steps") is not None:
@@ -482,7 +483,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     json_dir.mkdir(parents=True, exist_ok=True)
     (json_dir / "eval.json").write_text(json.dumps(result, indent=2))
     result["eval_json"] = str(json_dir / "eval.json")
-    if str(OmegaConf.select(cfg, "logger.name", default="none")) == "wandb":
+    if checked.logger.name == "wandb":
         log_to_wandb(cfg, result, out_dir)
     if video_error is not None:
         raise VideoError(f"{video_error}; the returns are in {result['eval_json']}")

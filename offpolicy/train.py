@@ -1,6 +1,7 @@
 """Entry point: `python -m offpolicy.train algo=fastsac env=ant`.
 
-Thin by design: Hydra composes the config, this module hands it and the Hydra
+Thin by design: Hydra composes the config, this module validates it once
+(`offpolicy.config.validate_train_config`) and hands the typed run config and the Hydra
 output dir to `offpolicy.runtime.runner.Runner`, and turns how the run ended into an
 exit status (`offpolicy.exit_status.ExitStatus`) with a message on stderr:
 
@@ -43,7 +44,7 @@ def main(cfg: DictConfig) -> None:
     from offpolicy.config import ConfigError, validate_train_config
 
     try:  # before anything starts: no collector, no CPU lease, no W&B run for a config that cannot run
-        validate_train_config(cfg)
+        run = validate_train_config(cfg)
     except ConfigError as exc:
         print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
         sys.exit(ExitStatus.INVALID_CONFIG)
@@ -65,12 +66,12 @@ def main(cfg: DictConfig) -> None:
                     hydra_cfg.launcher,
                     context.sweep_dir,
                     context.job_num or 0,
-                    cfg.get("affinity") or {},
+                    dataclasses.asdict(run.affinity),
                     logging.getLogger("offpolicy.train"),
                 )
                 if job_cpus is not None:
                     context = dataclasses.replace(context, cpu_block=job_cpus.cpus)
-            runner = Runner(cfg, context.output_dir, context=context)
+            runner = Runner(run, context.output_dir, context=context)  # the validated config: checked once
         except (AffinityError, ConfigError) as exc:
             print(f"[offpolicy] invalid config: {exc}", file=sys.stderr, flush=True)
             sys.exit(ExitStatus.INVALID_CONFIG)

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from offpolicy.algorithms.contract import UpdatesStopped
+from offpolicy.config import EvalConfig
 from offpolicy.replay_buffer import ReplayBuffer
 from offpolicy.runtime.collector_process import CollectorProcess, RunFailure
 from offpolicy.runtime.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
@@ -64,7 +65,7 @@ from offpolicy.runtime.slots import (
     SharedSegment,
     Waiter,
 )
-from offpolicy.runtime.snapshot_eval import EvalSchedule, EvalSettings, SnapshotEval
+from offpolicy.runtime.snapshot_eval import EvalSchedule, SnapshotEval
 from offpolicy.runtime.timeline import Timeline
 
 INFERENCE_STAGES = ("h2d", "policy", "eval", "post", "action_copy", "publish")
@@ -184,7 +185,7 @@ class Learner:
         seed: int = 0,
         max_seconds: float | None = None,
         eval_envs: int = 0,
-        eval_settings: EvalSettings | None = None,
+        eval_settings: EvalConfig | None = None,
         start_env_steps: int = 0,
         max_nonfinite_updates: int = 100,
         sleep_at_tick: int = -1,
@@ -232,7 +233,7 @@ class Learner:
         self.obs_keys = list(spec.obs_dims)
         self.start_env_steps = int(start_env_steps)
         """training env steps before this run's first tick (a resumed run's)"""
-        self.eval_settings = eval_settings or EvalSettings(num_envs=self.num_eval_envs, interval_s=None)
+        self.eval_settings = eval_settings or EvalConfig(num_envs=self.num_eval_envs, interval_s=None)
         self.eval_schedule = EvalSchedule(self.eval_settings, max_seconds)
         self.current_eval: SnapshotEval | None = None
         """the snapshot evaluation running on the eval rows, if any"""

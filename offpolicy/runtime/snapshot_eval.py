@@ -36,46 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """The `eval` config group as plain values."""
-
-    num_envs: int = 0
-    """rows of the collector's env reserved for evaluation (0: no in-run evaluation)"""
-    episodes: int = 16
-    """complete episodes per snapshot"""
-    interval_s: float | None = 30.0
-    """wall-clock seconds of the training loop between eval points (None: none by time)"""
-    interval_env_steps: int | None = None
-    """env steps between eval points (None: none by steps)"""
-    at_seconds: tuple[float, ...] = ()
-    """wall-clock marks that always get a snapshot"""
-    final: bool = True
-    """evaluate the final snapshot after the training loop"""
-
-    @property
-    def episodes_per_row(self) -> int:
-        """Episodes each eval row runs per snapshot (all rows run the same number)."""
-        return max(1, -(-self.episodes // max(self.num_envs, 1)))
-
-    @staticmethod
-    def from_cfg(cfg: DictConfig) -> EvalSettings:
-        def get(key: str, default: Any) -> Any:  # a key set to null stays None ("none by time/steps")
-            return OmegaConf.select(cfg, f"eval.{key}", default=default)
-
-        interval_s = get("interval_s", 30.0)
-        interval_steps = get("interval_env_steps", None)
-        return EvalSettings(
-            num_envs=int(get("num_envs", 0) or 0),
-            episodes=int(get("episodes", 16)),
-            interval_s=None if interval_s is None else float(interval_s),
-            interval_env_steps=None if interval_steps is None else int(interval_steps),
-            at_seconds=tuple(sorted(float(t) for t in (get("at_seconds", None) or ()))),
-            final=bool(get("final", True)),
-        )
+from offpolicy.config import EvalConfig
 
 
 def return_statistics(returns: np.ndarray, lengths: np.ndarray) -> dict[str, float]:
@@ -166,10 +128,10 @@ def eval_metrics(result: dict[str, Any]) -> dict[str, float]:
 class EvalSchedule:
     """Decides, once per tick, whether a snapshot is due (host clocks and counters only)."""
 
-    def __init__(self, settings: EvalSettings, budget_s: float | None) -> None:
+    def __init__(self, settings: EvalConfig, budget_s: float | None) -> None:
         self.settings = settings
         self.budget_s = budget_s
-        self.marks = list(settings.at_seconds)
+        self.marks = sorted(float(t) for t in settings.at_seconds)
         """marks not yet taken, ascending"""
         self.next_time = settings.interval_s if settings.interval_s else math.inf
         self.next_steps = settings.interval_env_steps if settings.interval_env_steps else math.inf

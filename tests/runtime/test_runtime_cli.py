@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from runtime_helpers import REPO, STANDIN_CLI, train_cli
 
-from offpolicy.runtime.runner import UNBOUNDED_TICKS, ConfigError, Runner, RuntimeSettings
+from offpolicy.runtime.runner import UNBOUNDED_TICKS, ConfigError, Runner
 
 
 @pytest.mark.parametrize(
@@ -30,8 +30,8 @@ def test_runtime_groups_compose_into_a_runner(tmp_path, overrides):
     assert runner.env_factory.kwargs["num_envs"] == 8 + cfg.eval.num_envs  # evaluation rows ride along
     assert runner.num_ticks == -(-cfg.train.total_env_steps // 8)
     assert set(runner.affinity.learner_cpus).isdisjoint(runner.affinity.collector_cpus) or runner.affinity.shared
-    settings = RuntimeSettings.from_cfg(cfg)
-    assert settings.collector_raise_at_tick == -1 and settings.ingress_slots >= 2
+    settings = runner.config.runtime
+    assert settings.fault.collector_raise_at_tick == -1 and settings.ingress_slots >= 2
     assert settings.trace == bool(OmegaConf.select(cfg, "runtime.trace"))
 
 

@@ -17,7 +17,8 @@ import pytest
 import torch
 from runtime_helpers import make_cfg, run_in_process
 
-from offpolicy.runtime.snapshot_eval import EvalSchedule, EvalSettings, MeanPolicy, SnapshotEval, eval_metrics, rollout
+from offpolicy.config import EvalConfig
+from offpolicy.runtime.snapshot_eval import EvalSchedule, MeanPolicy, SnapshotEval, eval_metrics, rollout
 from offpolicy.runtime.timeline import load_intervals
 
 
@@ -241,10 +242,10 @@ def test_snapshot_eval_counts_each_rows_first_episodes_after_its_reset():
 
 
 def test_every_eval_row_runs_enough_episodes_for_the_total():
-    assert EvalSettings(num_envs=4, episodes=10).episodes_per_row == 3  # 12 >= 10, not 8
-    assert EvalSettings(num_envs=16, episodes=16).episodes_per_row == 1
-    assert EvalSettings(num_envs=16, episodes=17).episodes_per_row == 2
-    assert EvalSettings(num_envs=8, episodes=2).episodes_per_row == 1
+    assert EvalConfig(num_envs=4, episodes=10).episodes_per_row == 3  # 12 >= 10, not 8
+    assert EvalConfig(num_envs=16, episodes=16).episodes_per_row == 1
+    assert EvalConfig(num_envs=16, episodes=17).episodes_per_row == 2
+    assert EvalConfig(num_envs=8, episodes=2).episodes_per_row == 1
 
 
 class ScriptedEnv:
@@ -289,7 +290,7 @@ def test_final_snapshot_policy_acts_with_the_frozen_copy_in_env_units():
 
 
 def test_schedule_takes_marks_on_time_and_skips_regular_points_that_would_overlap_them():
-    sched = EvalSchedule(EvalSettings(num_envs=2, interval_s=30.0, at_seconds=(120.0, 240.0)), budget_s=480.0)
+    sched = EvalSchedule(EvalConfig(num_envs=2, interval_s=30.0, at_seconds=(120.0, 240.0)), budget_s=480.0)
     assert not sched.due(29.0, 0, False, 40.0)
     assert sched.due(30.0, 0, False, 40.0)  # 30 + 40 <= 120
     assert not sched.due(61.0, 0, True, 40.0)  # due, but one is running: pending
@@ -307,7 +308,7 @@ def test_schedule_takes_marks_on_time_and_skips_regular_points_that_would_overla
 
 
 def test_schedule_by_env_steps_never_skips():
-    sched = EvalSchedule(EvalSettings(num_envs=2, interval_s=None, interval_env_steps=1000), budget_s=None)
+    sched = EvalSchedule(EvalConfig(num_envs=2, interval_s=None, interval_env_steps=1000), budget_s=None)
     assert not sched.due(5.0, 999, False, 1e9)
     assert sched.due(5.0, 1000, False, 1e9)
     assert not sched.due(6.0, 1500, False, 1e9)

@@ -20,7 +20,8 @@ from sizes import SMALL
 from envs.core import EnvSpec
 from offpolicy import checkpoint as ck
 from offpolicy.algorithms import make_algorithm
-from offpolicy.checkpoint import Checkpointer, CheckpointError, CheckpointSettings, RunIdentity
+from offpolicy.checkpoint import Checkpointer, CheckpointError, RunIdentity
+from offpolicy.config import CheckpointConfig
 from offpolicy.replay_buffer import ReplayBuffer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,7 +102,7 @@ def write(path: Path, name: str = "fastsac", env_steps: int = 100, algo=None) ->
 
 def test_crash_mid_write_keeps_previous_checkpoint_and_leaves_no_tmp(tmp_path, monkeypatch):
     algo = trained("fastsac", phases=1)
-    saver = Checkpointer(tmp_path, CheckpointSettings(interval_env_steps=100), identity())
+    saver = Checkpointer(tmp_path, CheckpointConfig(interval_env_steps=100), identity())
     saver.save(algo, counters(100))
     latest = tmp_path / "checkpoints" / "latest.pt"
     before = latest.read_bytes()
@@ -129,14 +130,14 @@ def test_crash_mid_write_keeps_previous_checkpoint_and_leaves_no_tmp(tmp_path, m
 def test_periodic_schedule_latest_link_and_pruning(tmp_path):
     algo = small("fastsac")
     saver = Checkpointer(
-        tmp_path, CheckpointSettings(interval_env_steps=100, keep_last=2), identity(), start_env_steps=40
+        tmp_path, CheckpointConfig(interval_env_steps=100, keep_last=2), identity(), start_env_steps=40
     )
     due = [s for s in range(44, 500, 4) if saver.due(s) and saver.save(algo, counters(s))]
     assert due == [100, 200, 300, 400]
     d = tmp_path / "checkpoints"
     assert sorted(p.name for p in d.iterdir()) == ["latest.pt", "step_300.pt", "step_400.pt"]
     assert os.path.samefile(d / "latest.pt", d / "step_400.pt")
-    assert not saver.due(499) and not Checkpointer(tmp_path, CheckpointSettings(0), identity()).due(10**9)
+    assert not saver.due(499) and not Checkpointer(tmp_path, CheckpointConfig(0), identity()).due(10**9)
 
 
 # --------------------------------------------------------------------------- round trip
@@ -148,7 +149,7 @@ def test_round_trip_restores_actor_counters_and_rng(tmp_path, name):
     gen = torch.Generator().manual_seed(3)
     torch.rand(5, generator=gen)
     torch.manual_seed(11)
-    saver = Checkpointer(tmp_path, CheckpointSettings(), identity(name), config={"algo": {"name": name}})
+    saver = Checkpointer(tmp_path, CheckpointConfig(), identity(name), config={"algo": {"name": name}})
     path = saver.save(algo, counters(96), generators={"learner_actions": gen})
     expected_cpu, expected_gen = torch.rand(4), torch.rand(4, generator=gen)
 
@@ -180,7 +181,7 @@ def test_round_trip_restores_actor_counters_and_rng(tmp_path, name):
 @pytest.mark.parametrize("name", ["fastsac", "flashsac"])
 def test_a_policy_file_acts_exactly_like_its_checkpoint_and_cannot_resume(tmp_path, name):
     algo = trained(name)
-    saver = Checkpointer(tmp_path, CheckpointSettings(), identity(name), config={"algo": {"name": name}})
+    saver = Checkpointer(tmp_path, CheckpointConfig(), identity(name), config={"algo": {"name": name}})
     full = saver.save(algo, counters(96))
     policy = ck.export_policy(full, tmp_path / "policy.pt")
 
