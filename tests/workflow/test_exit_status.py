@@ -28,6 +28,12 @@ LISTS = {
         "bad checkpoint": ExitStatus.BAD_CHECKPOINT,
         "the video could not": ExitStatus.VIDEO_FAILED,
     },
+    "offpolicy.export": {
+        "done": ExitStatus.OK,
+        "an unexpected error": ExitStatus.ERROR,
+        "invalid config": ExitStatus.INVALID_CONFIG,
+        "bad checkpoint": ExitStatus.BAD_CHECKPOINT,
+    },
     "offpolicy.plot": {
         "done": ExitStatus.OK,
         "nothing to plot": ExitStatus.NOTHING_TO_PLOT,
