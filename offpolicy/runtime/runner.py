@@ -71,7 +71,16 @@ from offpolicy.runtime.collector_process import (
     Watchdog,
 )
 from offpolicy.runtime.ingress import IngressRing
-from offpolicy.runtime.learner import Learner, NonFiniteUpdates, StopRequested
+from offpolicy.runtime.learner import (
+    CollectorLink,
+    EvalRows,
+    Learner,
+    LearnerFaults,
+    NonFiniteUpdates,
+    StopRequested,
+    TickOptions,
+    TrainPlan,
+)
 from offpolicy.runtime.slots import Layout, SharedSegment, Waiter
 from offpolicy.runtime.snapshot_eval import MeanPolicy, eval_metrics, return_statistics, rollout
 from offpolicy.runtime.timeline import Timeline
@@ -432,30 +441,29 @@ class Runner:
         # never allocate what cannot fill
         capacity = min(config.replay.capacity, self.num_ticks * self.num_envs)
         self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, self.num_envs)
+        ring = IngressRing(segment, list(spec.obs_dims), s.ingress_slots)
         self.learner = Learner(
             algorithm=self.algorithm,
             replay=self.replay,
-            spec=spec,
-            segment=segment,
-            ring=IngressRing(segment, list(spec.obs_dims), s.ingress_slots),
-            waiter=Waiter(segment, s.spin_us, s.poll_s),
-            keep_awake_us=s.keep_awake_us,
-            tick_graph=s.tick_graph,
-            collector=collector,
-            timeline=self.timeline,
+            link=CollectorLink(spec, segment, ring, Waiter(segment, s.spin_us, s.poll_s), collector),
+            plan=TrainPlan(
+                num_ticks=self.num_ticks,
+                updates_per_step=int(updates_per_step),
+                learning_starts=self.learning_starts,
+                seed=config.seed,
+                max_seconds=config.train.max_seconds,
+                start_env_steps=self.start_counters["env_steps"],
+                max_nonfinite_updates=config.train.max_nonfinite_updates,
+            ),
             device=self.device,
-            num_ticks=self.num_ticks,
-            updates_per_step=int(updates_per_step),
-            learning_starts=self.learning_starts,
-            raise_at_tick=s.fault.learner_raise_at_tick,
-            seed=config.seed,
-            max_seconds=config.train.max_seconds,
-            eval_envs=self.num_eval_envs,
-            eval_settings=config.eval,
-            start_env_steps=self.start_counters["env_steps"],
-            max_nonfinite_updates=config.train.max_nonfinite_updates,
-            sleep_at_tick=s.fault.learner_sleep_at_tick,
-            sleep_s=s.fault.learner_sleep_s,
+            timeline=self.timeline,
+            evaluation=EvalRows(self.num_eval_envs, config.eval),
+            options=TickOptions(keep_awake_us=s.keep_awake_us, tick_graph=s.tick_graph),
+            faults=LearnerFaults(
+                raise_at_tick=s.fault.learner_raise_at_tick,
+                sleep_at_tick=s.fault.learner_sleep_at_tick,
+                sleep_s=s.fault.learner_sleep_s,
+            ),
         )
         held.callback(self.learner.release_views)
         if self.resume_checkpoint is not None:
