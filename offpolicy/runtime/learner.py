@@ -14,7 +14,7 @@ timeline proves the first, `tick_versions` and the ingress headers the second).
 Exploration state lives in the algorithm, in this process, and is reset per env
 from the reset mask the collector writes with each observation.
 
-Evaluation rows (`eval_envs`, the last rows of the collector's env) run snapshot
+Evaluation rows (`EvalRows`, the last rows of the collector's env) run snapshot
 evaluations (`offpolicy.runtime.snapshot_eval`): at an eval point the learner freezes a copy of
 the actor (`algorithm.snapshot_actor()`, recording its policy_version), asks the
 collector to reset those rows after this tick's step, and from the next tick on
@@ -43,6 +43,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -164,6 +165,57 @@ class NonFiniteUpdates(RuntimeError):
     """Too many consecutive updates had non-finite losses (each was skipped; the parameters are intact)."""
 
 
+@dataclass(frozen=True)
+class CollectorLink:
+    """The learner's side of the collector: its env's spec (all rows), the slots, the ingress ring, the waiter."""
+
+    spec: Any
+    segment: SharedSegment
+    ring: IngressRing
+    waiter: Waiter
+    collector: CollectorProcess
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """How long and how much the learner trains."""
+
+    num_ticks: int
+    updates_per_step: int
+    learning_starts: int
+    seed: int = 0
+    max_seconds: float | None = None
+    """wall-clock budget of the tick loop (None: none)"""
+    start_env_steps: int = 0
+    """training env steps before this run's first tick (a resumed run's)"""
+    max_nonfinite_updates: int = 100
+
+
+@dataclass(frozen=True)
+class EvalRows:
+    """The evaluation rows (the last `num_envs` rows of the slots) and the settings of their snapshot evaluations."""
+
+    num_envs: int = 0
+    settings: EvalConfig | None = None
+
+
+@dataclass(frozen=True)
+class TickOptions:
+    """`runtime.keep_awake_us` (CUDA: keep the device awake through the observation wait) and `runtime.tick_graph`."""
+
+    keep_awake_us: float = 0.0
+    tick_graph: bool = False
+
+
+@dataclass(frozen=True)
+class LearnerFaults:
+    """Test hooks (`runtime.fault.learner_*`): raise at a tick; sleep in one tick's update phase."""
+
+    raise_at_tick: int = -1
+    sleep_at_tick: int = -1
+    sleep_s: float = 0.0
+
+
 class Learner:
     """Runs the tick loop against a collector through the shared segment."""
 
@@ -171,92 +223,94 @@ class Learner:
         self,
         algorithm: Any,
         replay: ReplayBuffer,
-        spec: Any,
-        segment: SharedSegment,
-        ring: IngressRing,
-        waiter: Waiter,
-        collector: CollectorProcess,
-        timeline: Timeline,
+        link: CollectorLink,
+        plan: TrainPlan,
         device: torch.device,
-        num_ticks: int,
-        updates_per_step: int,
-        learning_starts: int,
-        raise_at_tick: int = -1,
-        seed: int = 0,
-        max_seconds: float | None = None,
-        eval_envs: int = 0,
-        eval_settings: EvalConfig | None = None,
-        start_env_steps: int = 0,
-        max_nonfinite_updates: int = 100,
-        sleep_at_tick: int = -1,
-        sleep_s: float = 0.0,
-        keep_awake_us: float = 0.0,
-        tick_graph: bool = False,
+        timeline: Timeline,
+        evaluation: EvalRows,
+        options: TickOptions,
+        faults: LearnerFaults,
     ) -> None:
         self.algorithm = algorithm
         self.replay = replay
-        self.spec = spec
-        self.segment = segment
-        self.ring = ring
-        self.waiter = waiter
-        self.collector = collector
+        self.spec = link.spec
+        self.segment = link.segment
+        self.ring = link.ring
+        self.waiter = link.waiter
+        self.collector = link.collector
         self.timeline = timeline
         self.device = device
-        self.num_ticks = int(num_ticks)
-        self.updates_per_step = int(updates_per_step)
-        self.learning_starts = int(learning_starts)
-        self.raise_at_tick = int(raise_at_tick)
-        self.keep_awake_us = float(keep_awake_us) if device.type == "cuda" else 0.0
+        self.num_ticks = int(plan.num_ticks)
+        self.updates_per_step = int(plan.updates_per_step)
+        self.learning_starts = int(plan.learning_starts)
+        self.raise_at_tick = int(faults.raise_at_tick)
+        self.sleep_at_tick, self.sleep_s = int(faults.sleep_at_tick), float(faults.sleep_s)
+        """test hook: the update phase of this tick sleeps this long (a deliberately long learner phase)"""
+        self.keep_awake_us = float(options.keep_awake_us) if device.type == "cuda" else 0.0
         """CUDA: spin through the observation wait, launching a tiny kernel this often once the device idles"""
         self._awake_scalar = torch.zeros(1, device=device) if self.keep_awake_us > 0 else None
         self._last_update_end: Any = None
         """CUDA event recorded after the latest update phase (the device is idle once it has passed)"""
-        self.sleep_at_tick, self.sleep_s = int(sleep_at_tick), float(sleep_s)
-        """test hook: the update phase of this tick sleeps this long (a deliberately long learner phase)"""
-        self.in_update = False
-        """inside an update phase (a stop landing here leaves part of its updates applied)"""
-        self.activity = STARTING
-        """where the learner is, for the message if the collector fails now (`while ...`)"""
-        self.safe_stop = threading.Event()
-        """set by the watchdog when the collector failed: stop at the next safe point, the state intact"""
-        if hasattr(algorithm, "stop_between_updates"):  # an eager update phase stops between two updates
-            algorithm.stop_between_updates = self.safe_stop
-        self._update_s = 0.0
-        """host seconds per update of the last update phase (sizes `safe_point_grace_s`)"""
+        self._init_stopping()
+        self._init_rows(link.spec, evaluation, plan)
+        self._init_counters(plan)
+        self._init_metering()
+        self._init_views(options)
+
+    def _init_rows(self, spec: Any, evaluation: EvalRows, plan: TrainPlan) -> None:
+        """Training and evaluation rows, and the snapshot evaluations' schedule."""
         self.num_envs = spec.num_envs
         """rows of the obs/action slots: training rows, then evaluation rows"""
-        self.num_eval_envs = int(eval_envs)
+        self.num_eval_envs = int(evaluation.num_envs)
         self.num_train_envs = self.num_envs - self.num_eval_envs
         """rows whose transitions go to replay (the algorithm's per-env state has this many)"""
         if self.num_train_envs < 1 or self.num_eval_envs < 0:
-            raise ValueError(f"eval_envs={eval_envs} must be in [0, {self.num_envs - 1}] for {self.num_envs} env rows")
+            raise ValueError(
+                f"eval_envs={evaluation.num_envs} must be in [0, {self.num_envs - 1}] for {self.num_envs} env rows"
+            )
         self.obs_keys = list(spec.obs_dims)
-        self.start_env_steps = int(start_env_steps)
+        self.start_env_steps = int(plan.start_env_steps)
         """training env steps before this run's first tick (a resumed run's)"""
-        self.eval_settings = eval_settings or EvalConfig(num_envs=self.num_eval_envs, interval_s=None)
-        self.eval_schedule = EvalSchedule(self.eval_settings, max_seconds)
+        self.eval_settings = evaluation.settings or EvalConfig(num_envs=self.num_eval_envs, interval_s=None)
+        self.eval_schedule = EvalSchedule(self.eval_settings, plan.max_seconds)
         self.current_eval: SnapshotEval | None = None
         """the snapshot evaluation running on the eval rows, if any"""
         self.eval_results: list[dict[str, Any]] = []
         """finished snapshot evaluations not yet logged (the runner logs and clears them)"""
         self.eval_history: list[dict[str, Any]] = []
         """every finished snapshot evaluation of this run (summary, tests)"""
-        self.max_nonfinite_updates = int(max_nonfinite_updates)
+
+    def _init_stopping(self) -> None:
+        """Where the learner is and how a stop reaches it."""
+        self.in_update = False
+        """inside an update phase (a stop landing here leaves part of its updates applied)"""
+        self.activity = STARTING
+        """where the learner is, for the message if the collector fails now (`while ...`)"""
+        self.safe_stop = threading.Event()
+        """set by the watchdog when the collector failed: stop at the next safe point, the state intact"""
+        if hasattr(self.algorithm, "stop_between_updates"):  # an eager update phase stops between two updates
+            self.algorithm.stop_between_updates = self.safe_stop
+        self._update_s = 0.0
+        """host seconds per update of the last update phase (sizes `safe_point_grace_s`)"""
+
+    def _init_counters(self, plan: TrainPlan) -> None:
+        """Budgets, RNG and the counters the summary and checkpoints read."""
+        self.max_nonfinite_updates = int(plan.max_nonfinite_updates)
         self._streak_check: tuple[Any, torch.Tensor] | None = None
         """(event, pinned host copy) of the algorithm's non-finite streak after the last update phase"""
-        self._nonfinite_actions = torch.zeros((), dtype=torch.int64, device=device)
+        self._nonfinite_actions = torch.zeros((), dtype=torch.int64, device=self.device)
         """rows whose action had a non-finite entry (device counter, read at log time)"""
         self.stop_signal: int | None = None
         """set by `request_stop`: the loop leaves at the next tick boundary or wait"""
         self._loop_start = time.monotonic()
         self._tick_s = 0.0
         """recent seconds per tick (exponential average; sizes the first evaluation's duration)"""
-        self.max_seconds = max_seconds
+        self.max_seconds = plan.max_seconds
         """wall-clock budget of the tick loop (None: none); the run then ends early, cleanly"""
         self.random_ticks = -(-self.learning_starts // self.num_train_envs)
         """ticks of uniform-random actions (train.learning_starts env steps), drawn here without the actor"""
-        self._generator = torch.Generator(device=device).manual_seed(seed)
-        self._observe = getattr(algorithm, "observe", None)
+        self._generator = torch.Generator(device=self.device).manual_seed(plan.seed)
+        self._observe = getattr(self.algorithm, "observe", None)
         self.ticks_done = 0
         """ticks whose transition reached replay"""
         self.final_counters: dict[str, int] = {}
@@ -277,6 +331,9 @@ class Learner:
         self.physics_failures = 0
         self.dropped_transitions = 0
         """training transitions of failed physics steps kept out of replay"""
+
+    def _init_metering(self) -> None:
+        """Phase and stage timings for the metric rows."""
         self.busy_s = {"inference": 0.0, "ingest": 0.0, "update": 0.0}
         """seconds spent in each phase: host wall clock (perf_counter, never a device sync), except the
         update phase on CUDA, which is launched asynchronously and runs while the collector steps physics:
@@ -301,6 +358,9 @@ class Learner:
         self._phases_read = 0
         """collector ticks whose phase durations went into a metric row already"""
 
+    def _init_views(self, options: TickOptions) -> None:
+        """Views of the slots and the device tensors of the inference tick."""
+        segment, spec, device, algorithm = self.segment, self.spec, self.device, self.algorithm
         # Views of the slots; on a CPU device the actor reads shared memory directly.
         self._obs_np = {k: segment[f"obs/{k}"] for k in self.obs_keys}
         self._reset_np = segment["obs/reset_mask"]
@@ -319,7 +379,9 @@ class Learner:
         # Normalised actions of the last two ticks stay on the device until their transition is ingested.
         self._tick_actions = torch.zeros(2, self.num_envs, spec.action_dim, device=device)
         self._nonblocking = device.type == "cuda"
-        self.tick_graph_wanted = bool(tick_graph) and device.type == "cuda" and hasattr(algorithm, "explore_in_graph")
+        self.tick_graph_wanted = (
+            bool(options.tick_graph) and device.type == "cuda" and hasattr(algorithm, "explore_in_graph")
+        )
         """`runtime.tick_graph`: CUDA, and an algorithm with in-graph entry points (built at its first use)"""
         self._tick_graph: TickGraph | None = None
 

@@ -31,7 +31,8 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
+from contextlib import ExitStack
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,16 @@ from offpolicy.runtime.collector_process import (
     Watchdog,
 )
 from offpolicy.runtime.ingress import IngressRing
-from offpolicy.runtime.learner import Learner, NonFiniteUpdates, StopRequested
+from offpolicy.runtime.learner import (
+    CollectorLink,
+    EvalRows,
+    Learner,
+    LearnerFaults,
+    NonFiniteUpdates,
+    StopRequested,
+    TickOptions,
+    TrainPlan,
+)
 from offpolicy.runtime.slots import Layout, SharedSegment, Waiter
 from offpolicy.runtime.snapshot_eval import MeanPolicy, eval_metrics, return_statistics, rollout
 from offpolicy.runtime.timeline import Timeline
@@ -122,6 +132,52 @@ def _algo_compiles(config: RunConfig) -> bool:
 
 class _Terminate(BaseException):
     """SIGTERM, turned into an exception in the main thread."""
+
+
+@dataclasses.dataclass
+class _Progress:
+    """How far a run got: what the finish step reads."""
+
+    t_start: float
+    report: dict[str, Any] = field(default_factory=dict)
+    """the collector's isolation report"""
+    checkpointer: Checkpointer | None = None
+    t_loop: float | None = None
+    loop_s: float = 0.0
+    log_hook: Callable[[int | None], None] | None = None
+    """set while the loop may owe a metric row"""
+    stop_reason: str = "not started"
+    intact: bool = False
+    """the algorithm is between update phases: a checkpoint of it is consistent"""
+    failure: RunFailure | CheckpointError | None = None
+
+
+class _CollectorSide(ExitStack):
+    """The collector and what it shares with this process, released once and uninterrupted.
+
+    A second Ctrl-C or a SIGTERM must not cut the cleanup short: both are ignored while it runs;
+    then SIGINT gets back the handler it had and SIGTERM the one from before the run.
+    """
+
+    def __init__(self, stop_handlers: dict[int, Any]) -> None:
+        super().__init__()
+        self._stop_handlers = stop_handlers
+        self._released = False
+
+    def __exit__(self, *exc_details: Any) -> bool:
+        if self._released:
+            return False
+        self._released = True
+        old_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
+        if self._stop_handlers:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            return super().__exit__(*exc_details)
+        finally:
+            if old_sigint is not None:
+                signal.signal(signal.SIGINT, old_sigint)
+            if self._stop_handlers:
+                signal.signal(signal.SIGTERM, self._stop_handlers[signal.SIGTERM])
 
 
 class Runner:
@@ -206,262 +262,318 @@ class Runner:
         checkpoint is written too, so the run can be resumed from where it stopped. A second
         SIGINT/SIGTERM stops at once, without a checkpoint.
         """
-        config = self.config
-        s = config.runtime
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(config.source, self.run_dir / "config_resolved.yaml", resolve=True)
-        metrics_logger = MetricsLogger(self.run_dir, config.source, self.context)
-        handlers = self._install_stop_handlers()
-        saved_affinity: dict[int, set[int]] = {}
-        segment: SharedSegment | None = None
-        registered_ptr = None
-        report: dict[str, Any] = {}
-        self.timeline = Timeline(s.trace, self.device, s.trace_max_ticks)
-        collector = self.collector = CollectorProcess(
-            CollectorConfig(
-                env_factory=self.env_factory,
-                collector_cpus=self.affinity.collector_cpus,
-                num_ticks=self.num_ticks,
-                parent_pid=os.getpid(),
-                spin_us=s.spin_us,
-                poll_s=s.poll_s,
-                raise_at_tick=s.fault.collector_raise_at_tick,
-                hang_at_tick=s.fault.collector_hang_at_tick,
-                step_delay_s=s.fault.collector_step_delay_s,
-                trace_max_ticks=s.trace_max_ticks if s.trace else 0,
-                record=None
-                if s.record.ticks <= 0
-                else RecordWindow(
-                    str(self.run_dir / "record.npz"), s.record.start_tick, s.record.ticks, s.record.start_s
-                ),
-                work_dir=str(self.run_dir.resolve()),
-            ),
-            startup_timeout_s=s.startup_timeout_s,
-            timeout_s=s.collector_timeout_s,
-        )
-        watchdog = Watchdog(collector) if _in_main_thread() else None
-        checkpointer: Checkpointer | None = None
-        failure: RunFailure | CheckpointError | None = None
-        intact = False
-        """the algorithm is between update phases: a checkpoint of it is consistent"""
-        stop_reason = "not started"
-        loop_s = 0.0
-        t_loop: float | None = None
-        t_start = time.perf_counter()
-        log_hook: Callable[[int | None], None] | None = None
-        try:
-            try:
-                report = collector.start()
-                log.info(
-                    "collector pid %d on CPUs %s (pool workers on %s); learner on CPUs %s, device %s",
-                    collector.pid,
-                    report["process_cpus"],
-                    report["worker_cpu_ids"],
-                    list(self.affinity.learner_cpus),
-                    self.device,
-                )
-                if self.device.type == "cuda" and _algo_compiles(config):
-                    # compile warm-up: kernels compile on the learner's and the (still idle) collector's CPUs
-                    workers = start_compile_workers(self.affinity.learner_cpus + self.affinity.collector_cpus)
-                    log.info("torch.compile workers: %d", workers)
-                saved_affinity = pin_process(self.affinity.learner_cpus)
-                # torch's CPU threads on the learner's CPUs only (default: one per machine core)
-                torch.set_num_threads(len(self.affinity.learner_cpus))
-                spec = report["spec"]
-                if spec.num_envs != self.num_envs + self.num_eval_envs:
-                    raise ValueError(
-                        f"the collector's env has {spec.num_envs} rows, expected env.num_envs + eval.num_envs = "
-                        f"{self.num_envs} + {self.num_eval_envs}"
-                    )
-                train_spec = replace(spec, num_envs=self.num_envs)  # what the algorithm and replay see
-                self.spec = train_spec
-                layout = Layout.for_spec(spec.num_envs, dict(spec.obs_dims), spec.action_dim, s.ingress_slots)
-                segment = SharedSegment.create(layout)
-                collector.attach(segment, layout, s.ingress_slots)
-                if self.device.type == "cuda" and s.pin_host_memory:
-                    registered_ptr = _pin_host_memory(segment)
-                torch.manual_seed(config.seed)
-                self.algorithm = self.algorithm_factory(config.algo, train_spec, self.device)
-                if self.resume_checkpoint is not None:
-                    check_compatible(
-                        self.resume_checkpoint,
-                        self.resume_path,
-                        obs_dims=dict(spec.obs_dims),
-                        action_dim=spec.action_dim,
-                    )
-                    load_algorithm_state(self.algorithm, self.resume_checkpoint, self.resume_path)
-                updates_per_step = config.train.updates_per_step
-                if updates_per_step is None:
-                    updates_per_step = self.algorithm.updates_per_step
-                # never allocate what cannot fill
-                capacity = min(config.replay.capacity, self.num_ticks * self.num_envs)
-                self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, self.num_envs)
-                ring = IngressRing(segment, list(spec.obs_dims), s.ingress_slots)
-                self.learner = Learner(
-                    algorithm=self.algorithm,
-                    replay=self.replay,
-                    spec=spec,
-                    segment=segment,
-                    ring=ring,
-                    waiter=Waiter(segment, s.spin_us, s.poll_s),
-                    keep_awake_us=s.keep_awake_us,
-                    tick_graph=s.tick_graph,
-                    collector=collector,
-                    timeline=self.timeline,
-                    device=self.device,
-                    num_ticks=self.num_ticks,
-                    updates_per_step=int(updates_per_step),
-                    learning_starts=self.learning_starts,
-                    raise_at_tick=s.fault.learner_raise_at_tick,
-                    seed=config.seed,
-                    max_seconds=config.train.max_seconds,
-                    eval_envs=self.num_eval_envs,
-                    eval_settings=config.eval,
-                    start_env_steps=self.start_counters["env_steps"],
-                    max_nonfinite_updates=config.train.max_nonfinite_updates,
-                    sleep_at_tick=s.fault.learner_sleep_at_tick,
-                    sleep_s=s.fault.learner_sleep_s,
-                )
-                if self.resume_checkpoint is not None:
-                    counters = self.resume_checkpoint["counters"]
-                    self.learner.resume(counters["policy_version"], counters["updates"])
-                    restore_rng(self.resume_checkpoint.get("rng") or {}, self.learner.generators)
-                    self.resume_checkpoint = None  # the tensors are in the algorithm now
-                    log.info(
-                        "resumed from %s at %d env steps (%d updates, policy_version %d)",
-                        self.resume_path,
-                        counters["env_steps"],
-                        counters["updates"],
-                        counters["policy_version"],
-                    )
-                checkpointer = Checkpointer(
-                    self.run_dir,
-                    config.checkpoint,
-                    RunIdentity(
-                        algo=str(_algo_name(config, "unknown")),
-                        env=config.env.name,
-                        obs_dims=dict(spec.obs_dims),
-                        action_dim=int(spec.action_dim),
-                        num_envs=self.num_envs,
-                    ),
-                    config=config.source,
-                    start_env_steps=self.start_counters["env_steps"],
-                    git_commit=git_commit(Path(__file__).parent),
-                )
-                # Written once everything is built: from here on the run is ticking (tests wait for it).
-                (self.run_dir / "collector.pid").write_text(str(collector.pid))
-                (self.run_dir / "collector.json").write_text(json.dumps(_jsonable(report), indent=1))
-                (self.run_dir / "collector_env.json").write_text(json.dumps(self.env_factory.kwargs, default=str))
-                t_loop = time.perf_counter()
-                log_hook = self._logging_hook(metrics_logger, t_loop)
-
-                def on_tick(tick: int) -> None:
-                    log_hook(tick)
-                    if checkpointer.due(self.env_steps(self.learner.ticks_done)):
-                        self._save_checkpoint(checkpointer)
-
-                if watchdog is not None:
-                    watchdog.start(self.learner)
-                intact = True
-                finished = self.learner.run(on_tick=on_tick)
-                stop_reason = "total_env_steps" if finished else "max_seconds"
-                loop_s = time.perf_counter() - t_loop
-                log_hook(None)  # the last training row, before the final evaluation
-                log_hook = None
-            except (RunFailure, CheckpointError) as exc:
-                failure = exc
-            except StopRequested as exc:  # the first SIGINT/SIGTERM: the loop left between ticks
-                failure = self._interrupted(exc.signum)
-            except KeyboardInterrupt:  # a second SIGINT, or one before the loop: wherever it landed
-                failure, intact = self._interrupted(signal.SIGINT, at_once=True), False
-            except _Terminate:
-                failure, intact = self._interrupted(signal.SIGTERM, at_once=True), False
-            except NonFiniteUpdates as exc:  # every non-finite update was skipped: the parameters are intact
-                failure = LearnerFailed(str(exc), tick=self._tick())
-                failure.detail = ""
-            except Exception as exc:  # noqa: BLE001 - every learner-side error ends the run the same way
-                failure, intact = (
-                    LearnerFailed(f"raised {type(exc).__name__}: {exc}", traceback.format_exc(), self._tick()),
-                    False,
-                )
-            if failure is not None and t_loop is not None and not loop_s:
-                loop_s = time.perf_counter() - t_loop
-            if self.learner is not None and self.learner.in_update:
-                intact = False  # stopped inside an update phase: part of its updates applied
-        finally:
-            # Cleanup runs to the end: a second Ctrl-C or a SIGTERM must not cut it short.
-            old_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
-            if handlers:
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            try:
-                if watchdog is not None:
-                    watchdog.stop()
-                collector.stop(s.shutdown_grace_s)
-                if collector.final_report is not None:
-                    (self.run_dir / "collector_exit.json").write_text(
-                        json.dumps(_jsonable(collector.final_report), indent=1)
-                    )
-                if self.learner is not None:
-                    self.learner.release_views()
-                if registered_ptr is not None:
-                    torch.cuda.cudart().cudaHostUnregister(registered_ptr)
-                if segment is not None:
-                    segment.unlink()
-                    segment.close()
-                restore(saved_affinity)
-                if collector.final_report is not None:
-                    self.timeline.add_collector_track(collector.final_report.pop("trace", None) or [])
-                self.timeline.write(self.run_dir)
-                (self.run_dir / "collector.pid").unlink(missing_ok=True)
-            finally:
-                if old_sigint is not None:
-                    signal.signal(signal.SIGINT, old_sigint)
-                if handlers:
-                    signal.signal(signal.SIGTERM, handlers[signal.SIGTERM])
-        try:
+        OmegaConf.save(self.config.source, self.run_dir / "config_resolved.yaml", resolve=True)
+        with ExitStack() as stack:  # released last to first: collector side, metrics logger, stop handlers
+            metrics_logger = MetricsLogger(self.run_dir, self.config.source, self.context)
+            handlers = self._install_stop_handlers()
+            stack.callback(self._restore_stop_handlers, handlers)
+            stack.callback(metrics_logger.close)
+            collector_side = stack.enter_context(_CollectorSide(handlers))
+            collector, watchdog, held = self._open_collector(collector_side)
+            progress = _Progress(t_start=time.perf_counter())
+            self._build_and_loop(held, collector, watchdog, metrics_logger, progress)
+            # released here rather than with the stack: the final evaluation uses the collector's idle CPUs
+            collector_side.close()
             if self.learner is None:  # never ticked: nothing to save or summarise
-                if failure is not None:
-                    raise failure
+                if progress.failure is not None:
+                    raise progress.failure
                 return {}
-            if isinstance(failure, (CollectorFailed, LearnerFailed)):
-                stop_reason = failure.headline()
-            elif isinstance(failure, Interrupted):
-                stop_reason = signal.Signals(failure.signum).name
-            if intact and checkpointer is not None:
-                try:
-                    path = self._save_checkpoint(checkpointer)
-                    if failure is not None:
-                        failure.checkpoint = str(path)
-                except Exception as exc:  # noqa: BLE001 - keep the original failure; say why nothing was saved
-                    log.error("the final checkpoint could not be written: %s", exc)
-                    if failure is None:
-                        failure = LearnerFailed(f"could not write the final checkpoint: {exc}", tick=self._tick())
-            elif isinstance(failure, RunFailure) and checkpointer is not None:
-                failure.no_checkpoint = self._why_no_checkpoint(checkpointer)
-            if log_hook is not None:  # stopped early: flush what the loop counted
-                log_hook(None)
-            snapshot = None
-            if failure is None and self.config.eval.final:
-                snapshot = self._final_snapshot_eval(loop_s)
-                row = {"time/elapsed_s": time.perf_counter() - t_loop, **eval_metrics(snapshot)}
-                metrics_logger.log(self.env_steps(self.learner.ticks_done), row)
-            self.summary = self._summary(report, collector, loop_s, time.perf_counter() - t_start)
-            self.summary.update(completed=failure is None, stop_reason=stop_reason, snapshot_eval=snapshot)
-            (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
-        finally:
-            metrics_logger.close()
-            self._restore_stop_handlers(handlers)
-        if failure is not None:
-            raise failure
+            self._finish(progress, collector, metrics_logger)
+        if progress.failure is not None:
+            raise progress.failure
         log.info(
             "done: %d env steps in %.2f s (%.0f env-steps/s), %d updates, policy_version %d",
             self.summary["env_steps"],
-            loop_s,
+            progress.loop_s,
             self.summary["env_steps_per_s"],
             self.summary["updates"],
             self.summary["policy_version"],
         )
         return self.summary
+
+    # --- build -----------------------------------------------------------------------------------
+    def _collector_config(self) -> CollectorConfig:
+        """What the collector process is started with."""
+        s = self.config.runtime
+        record = s.record
+        return CollectorConfig(
+            env_factory=self.env_factory,
+            collector_cpus=self.affinity.collector_cpus,
+            num_ticks=self.num_ticks,
+            parent_pid=os.getpid(),
+            spin_us=s.spin_us,
+            poll_s=s.poll_s,
+            raise_at_tick=s.fault.collector_raise_at_tick,
+            hang_at_tick=s.fault.collector_hang_at_tick,
+            step_delay_s=s.fault.collector_step_delay_s,
+            trace_max_ticks=s.trace_max_ticks if s.trace else 0,
+            record=None
+            if record.ticks <= 0
+            else RecordWindow(str(self.run_dir / "record.npz"), record.start_tick, record.ticks, record.start_s),
+            work_dir=str(self.run_dir.resolve()),
+        )
+
+    def _open_collector(self, collector_side: ExitStack) -> tuple[CollectorProcess, Watchdog | None, ExitStack]:
+        """The timeline, the collector's handle and its watchdog, with their releases registered.
+
+        Released last to first: the watchdog and the collector stop, `collector_exit.json` is written,
+        then the returned stack releases what the collector maps or shares (learner views, pinned memory,
+        the shared segment, the CPU affinity), then the timeline is written and `collector.pid` removed.
+        """
+        s = self.config.runtime
+        self.timeline = Timeline(s.trace, self.device, s.trace_max_ticks)
+        collector = self.collector = CollectorProcess(
+            self._collector_config(), startup_timeout_s=s.startup_timeout_s, timeout_s=s.collector_timeout_s
+        )
+        watchdog = Watchdog(collector) if _in_main_thread() else None
+        collector_side.callback((self.run_dir / "collector.pid").unlink, missing_ok=True)
+        collector_side.callback(self._write_timeline, collector)
+        held = collector_side.enter_context(ExitStack())
+        collector_side.callback(self._write_collector_exit, collector)
+        collector_side.callback(collector.stop, s.shutdown_grace_s)
+        if watchdog is not None:
+            collector_side.callback(watchdog.stop)
+        return collector, watchdog, held
+
+    def _write_collector_exit(self, collector: CollectorProcess) -> None:
+        if collector.final_report is not None:
+            (self.run_dir / "collector_exit.json").write_text(json.dumps(_jsonable(collector.final_report), indent=1))
+
+    def _write_timeline(self, collector: CollectorProcess) -> None:
+        if collector.final_report is not None:
+            self.timeline.add_collector_track(collector.final_report.pop("trace", None) or [])
+        self.timeline.write(self.run_dir)
+
+    def _build_and_loop(
+        self,
+        held: ExitStack,
+        collector: CollectorProcess,
+        watchdog: Watchdog | None,
+        metrics_logger: MetricsLogger,
+        progress: _Progress,
+    ) -> None:
+        """Start the collector, build the learner side and tick; an exception becomes `progress.failure`."""
+        try:
+            progress.report = report = self._start_collector(collector)
+            self._pin_learner(held)
+            spec = report["spec"]
+            self._check_spec(spec)
+            segment = self._open_segment(held, collector, spec)
+            self._build_algorithm(spec)
+            self._build_learner(held, collector, segment, spec)
+            progress.checkpointer = self._build_checkpointer(spec)
+            # Written once everything is built: from here on the run is ticking (tests wait for it).
+            (self.run_dir / "collector.pid").write_text(str(collector.pid))
+            (self.run_dir / "collector.json").write_text(json.dumps(_jsonable(report), indent=1))
+            (self.run_dir / "collector_env.json").write_text(json.dumps(self.env_factory.kwargs, default=str))
+            self._loop(watchdog, metrics_logger, progress)
+        except (Exception, KeyboardInterrupt, _Terminate) as exc:
+            progress.failure, keeps_state = self._classify(exc)
+            progress.intact = progress.intact and keeps_state
+        if progress.failure is not None and progress.t_loop is not None and not progress.loop_s:
+            progress.loop_s = time.perf_counter() - progress.t_loop
+        if self.learner is not None and self.learner.in_update:
+            progress.intact = False  # stopped inside an update phase: part of its updates applied
+
+    def _start_collector(self, collector: CollectorProcess) -> dict[str, Any]:
+        """Start the collector process (and torch.compile's workers); its isolation report."""
+        report = collector.start()
+        log.info(
+            "collector pid %d on CPUs %s (pool workers on %s); learner on CPUs %s, device %s",
+            collector.pid,
+            report["process_cpus"],
+            report["worker_cpu_ids"],
+            list(self.affinity.learner_cpus),
+            self.device,
+        )
+        if self.device.type == "cuda" and _algo_compiles(self.config):
+            # compile warm-up: kernels compile on the learner's and the (still idle) collector's CPUs
+            workers = start_compile_workers(self.affinity.learner_cpus + self.affinity.collector_cpus)
+            log.info("torch.compile workers: %d", workers)
+        return report
+
+    def _pin_learner(self, held: ExitStack) -> None:
+        """This process on the learner's CPUs (undone on the way out), torch's CPU threads with it."""
+        held.callback(restore, pin_process(self.affinity.learner_cpus))
+        # torch's CPU threads on the learner's CPUs only (default: one per machine core)
+        torch.set_num_threads(len(self.affinity.learner_cpus))
+
+    def _check_spec(self, spec: Any) -> None:
+        """The collector's env has the training and eval rows; `self.spec` is its training part."""
+        if spec.num_envs != self.num_envs + self.num_eval_envs:
+            raise ValueError(
+                f"the collector's env has {spec.num_envs} rows, expected env.num_envs + eval.num_envs = "
+                f"{self.num_envs} + {self.num_eval_envs}"
+            )
+        self.spec = replace(spec, num_envs=self.num_envs)  # what the algorithm and replay see
+
+    def _open_segment(self, held: ExitStack, collector: CollectorProcess, spec: Any) -> SharedSegment:
+        """The shared slots, attached to the collector and (CUDA) page-locked; unlinked on the way out."""
+        s = self.config.runtime
+        layout = Layout.for_spec(spec.num_envs, dict(spec.obs_dims), spec.action_dim, s.ingress_slots)
+        segment = SharedSegment.create(layout)
+        held.callback(segment.close)
+        held.callback(segment.unlink)
+        collector.attach(segment, layout, s.ingress_slots)
+        if self.device.type == "cuda" and s.pin_host_memory:
+            registered_ptr = _pin_host_memory(segment)
+            if registered_ptr is not None:
+                held.callback(torch.cuda.cudart().cudaHostUnregister, registered_ptr)
+        return segment
+
+    def _build_algorithm(self, spec: Any) -> None:
+        """The algorithm for the training rows, restored from `train.resume` when given."""
+        torch.manual_seed(self.config.seed)
+        self.algorithm = self.algorithm_factory(self.config.algo, self.spec, self.device)
+        if self.resume_checkpoint is not None:
+            check_compatible(
+                self.resume_checkpoint, self.resume_path, obs_dims=dict(spec.obs_dims), action_dim=spec.action_dim
+            )
+            load_algorithm_state(self.algorithm, self.resume_checkpoint, self.resume_path)
+
+    def _build_learner(self, held: ExitStack, collector: CollectorProcess, segment: SharedSegment, spec: Any) -> None:
+        """Replay and the learner over the shared slots; its views of them are released on the way out."""
+        config, s = self.config, self.config.runtime
+        updates_per_step = config.train.updates_per_step
+        if updates_per_step is None:
+            updates_per_step = self.algorithm.updates_per_step
+        # never allocate what cannot fill
+        capacity = min(config.replay.capacity, self.num_ticks * self.num_envs)
+        self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, self.num_envs)
+        ring = IngressRing(segment, list(spec.obs_dims), s.ingress_slots)
+        self.learner = Learner(
+            algorithm=self.algorithm,
+            replay=self.replay,
+            link=CollectorLink(spec, segment, ring, Waiter(segment, s.spin_us, s.poll_s), collector),
+            plan=TrainPlan(
+                num_ticks=self.num_ticks,
+                updates_per_step=int(updates_per_step),
+                learning_starts=self.learning_starts,
+                seed=config.seed,
+                max_seconds=config.train.max_seconds,
+                start_env_steps=self.start_counters["env_steps"],
+                max_nonfinite_updates=config.train.max_nonfinite_updates,
+            ),
+            device=self.device,
+            timeline=self.timeline,
+            evaluation=EvalRows(self.num_eval_envs, config.eval),
+            options=TickOptions(keep_awake_us=s.keep_awake_us, tick_graph=s.tick_graph),
+            faults=LearnerFaults(
+                raise_at_tick=s.fault.learner_raise_at_tick,
+                sleep_at_tick=s.fault.learner_sleep_at_tick,
+                sleep_s=s.fault.learner_sleep_s,
+            ),
+        )
+        held.callback(self.learner.release_views)
+        if self.resume_checkpoint is not None:
+            self._resume_learner()
+
+    def _resume_learner(self) -> None:
+        """The checkpoint's counters and RNG states into the learner."""
+        counters = self.resume_checkpoint["counters"]
+        self.learner.resume(counters["policy_version"], counters["updates"])
+        restore_rng(self.resume_checkpoint.get("rng") or {}, self.learner.generators)
+        self.resume_checkpoint = None  # the tensors are in the algorithm now
+        log.info(
+            "resumed from %s at %d env steps (%d updates, policy_version %d)",
+            self.resume_path,
+            counters["env_steps"],
+            counters["updates"],
+            counters["policy_version"],
+        )
+
+    def _build_checkpointer(self, spec: Any) -> Checkpointer:
+        """The run's checkpointer, naming what a checkpoint may be resumed into."""
+        config = self.config
+        identity = RunIdentity(
+            algo=str(_algo_name(config, "unknown")),
+            env=config.env.name,
+            obs_dims=dict(spec.obs_dims),
+            action_dim=int(spec.action_dim),
+            num_envs=self.num_envs,
+        )
+        return Checkpointer(
+            self.run_dir,
+            config.checkpoint,
+            identity,
+            config=config.source,
+            start_env_steps=self.start_counters["env_steps"],
+            git_commit=git_commit(Path(__file__).parent),
+        )
+
+    # --- loop and finish -------------------------------------------------------------------------
+    def _loop(self, watchdog: Watchdog | None, metrics_logger: MetricsLogger, progress: _Progress) -> None:
+        """Tick to the budget, logging rows and writing the periodic checkpoints."""
+        checkpointer = progress.checkpointer
+        progress.t_loop = time.perf_counter()
+        log_hook = progress.log_hook = self._logging_hook(metrics_logger, progress.t_loop)
+
+        def on_tick(tick: int) -> None:
+            log_hook(tick)
+            if checkpointer.due(self.env_steps(self.learner.ticks_done)):
+                self._save_checkpoint(checkpointer)
+
+        if watchdog is not None:
+            watchdog.start(self.learner)
+        progress.intact = True
+        finished = self.learner.run(on_tick=on_tick)
+        progress.stop_reason = "total_env_steps" if finished else "max_seconds"
+        progress.loop_s = time.perf_counter() - progress.t_loop
+        log_hook(None)  # the last training row, before the final evaluation
+        progress.log_hook = None
+
+    def _classify(self, exc: BaseException) -> tuple[RunFailure | CheckpointError, bool]:
+        """The failure an exception ends the run with, and whether the learner state may still be checkpointed.
+
+        Called inside the `except` block (the traceback of an unexpected error is the current one).
+        """
+        if isinstance(exc, (RunFailure, CheckpointError)):
+            return exc, True
+        if isinstance(exc, StopRequested):  # the first SIGINT/SIGTERM: the loop left between ticks
+            return self._interrupted(exc.signum), True
+        if isinstance(exc, KeyboardInterrupt):  # a second SIGINT, or one before the loop: wherever it landed
+            return self._interrupted(signal.SIGINT, at_once=True), False
+        if isinstance(exc, _Terminate):
+            return self._interrupted(signal.SIGTERM, at_once=True), False
+        if isinstance(exc, NonFiniteUpdates):  # every non-finite update was skipped: the parameters are intact
+            failure = LearnerFailed(str(exc), tick=self._tick())
+            failure.detail = ""
+            return failure, True
+        # every other learner-side error ends the run the same way
+        return LearnerFailed(f"raised {type(exc).__name__}: {exc}", traceback.format_exc(), self._tick()), False
+
+    def _finish(self, progress: _Progress, collector: CollectorProcess, metrics_logger: MetricsLogger) -> None:
+        """Final checkpoint (learner state intact), last metric row, final snapshot (completed runs), summary.json."""
+        failure, checkpointer = progress.failure, progress.checkpointer
+        if isinstance(failure, (CollectorFailed, LearnerFailed)):
+            progress.stop_reason = failure.headline()
+        elif isinstance(failure, Interrupted):
+            progress.stop_reason = signal.Signals(failure.signum).name
+        if progress.intact and checkpointer is not None:
+            try:
+                path = self._save_checkpoint(checkpointer)
+                if failure is not None:
+                    failure.checkpoint = str(path)
+            except Exception as exc:  # noqa: BLE001 - keep the original failure; say why nothing was saved
+                log.error("the final checkpoint could not be written: %s", exc)
+                if failure is None:
+                    failure = progress.failure = LearnerFailed(
+                        f"could not write the final checkpoint: {exc}", tick=self._tick()
+                    )
+        elif isinstance(failure, RunFailure) and checkpointer is not None:
+            failure.no_checkpoint = self._why_no_checkpoint(checkpointer)
+        if progress.log_hook is not None:  # stopped early: flush what the loop counted
+            progress.log_hook(None)
+        snapshot = None
+        if failure is None and self.config.eval.final:
+            snapshot = self._final_snapshot_eval(progress.loop_s)
+            row = {"time/elapsed_s": time.perf_counter() - progress.t_loop, **eval_metrics(snapshot)}
+            metrics_logger.log(self.env_steps(self.learner.ticks_done), row)
+        total_s = time.perf_counter() - progress.t_start
+        self.summary = self._summary(progress.report, collector, progress.loop_s, total_s)
+        self.summary.update(completed=failure is None, stop_reason=progress.stop_reason, snapshot_eval=snapshot)
+        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
 
     # --- stopping ------------------------------------------------------------------------------
     def _install_stop_handlers(self) -> dict[int, Any]:
