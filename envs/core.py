@@ -44,6 +44,8 @@ class EnvSpec:
     """bounds (low, high) of one step's reward where the task has them (value supports are sized from it)"""
     dm_control_id: str = ""
     """the DeepMind Control Suite `domain-task` whose semantics this task reproduces (`envs.dmc.reference_env`)"""
+    tracking_terms: tuple[str, ...] = ()
+    """per-step tracking quantities whose episode sums `info["episode_tracking"]` reports (`envs.tracking`)"""
 
 
 class NpEnvState:

@@ -67,6 +67,7 @@ from offpolicy.runtime.snapshot_eval import (
     observation_kwargs,
     return_statistics,
     rollout,
+    tracking_statistics,
 )
 
 CAMERAS: dict[str, dict[str, float]] = {
@@ -327,19 +328,31 @@ def batch_rows(episodes: int, action: str, training_rows: int) -> int:
 
 def run_episodes(
     env: Any, algorithm: Any, device: Any, episodes: int, action: str, record_first: bool = False
-) -> tuple[np.ndarray, np.ndarray, list]:
+) -> tuple[np.ndarray, np.ndarray, list, dict[str, float]]:
     """`episodes` episodes from fresh resets, `env.spec.num_envs` at a time: (returns, lengths, row 0's states
-    in the first batch). Each batch acts with a new policy, so every row's exploration noise restarts with
-    its episode as in training; rows of a last batch beyond `episodes` are run and dropped."""
+    in the first batch, tracking statistics where the task has tracking terms). Each batch acts with a new
+    policy, so every row's exploration noise restarts with its episode as in training; rows of a last batch
+    beyond `episodes` are run and dropped."""
     spec = env.spec
-    returns, lengths, states = [], [], []
+    returns, lengths, states, sums, fell = [], [], [], [], []
     while sum(len(r) for r in returns) < episodes:
         policy = MeanPolicy(algorithm, spec, device) if action == "mean" else SampledPolicy(algorithm, spec, device)
-        batch_returns, batch_lengths, frames = rollout(env, policy, record_first=record_first and not returns)
+        tracking: dict[str, Any] = {}
+        batch_returns, batch_lengths, frames = rollout(
+            env, policy, record_first=record_first and not returns, tracking=tracking
+        )
         returns.append(batch_returns)
         lengths.append(batch_lengths)
+        if tracking:
+            sums.append(tracking["sums"])
+            fell.append(tracking["fell"])
         states = states or frames
-    return np.concatenate(returns)[:episodes], np.concatenate(lengths)[:episodes], states
+    tracked = (
+        tracking_statistics(spec.tracking_terms, np.concatenate(sums)[:episodes], np.concatenate(fell)[:episodes])
+        if sums
+        else {}
+    )
+    return np.concatenate(returns)[:episodes], np.concatenate(lengths)[:episodes], states, tracked
 
 
 # --------------------------------------------------------------------------- the whole evaluation
@@ -429,7 +442,9 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         load_algorithm_state(algorithm, ckpt, path, allow_policy_only=True)  # a policy file acts the same
         record = bool(cfg.video) and gl_problem is None
         with physics_dir:
-            returns, lengths, states = run_episodes(env, algorithm, device, episodes, action, record_first=record)
+            returns, lengths, states, tracked = run_episodes(
+                env, algorithm, device, episodes, action, record_first=record
+            )
         model = env.model
     finally:
         env.close()
@@ -456,6 +471,7 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "length_std": float(lengths.std()),
         "returns": returns.tolist(),
         "lengths": lengths.tolist(),
+        **tracked,  # a tracking task's lin_vel_error, yaw_rate_error, command_speed, fall_fraction
         "device": str(device),
         "compiled_policy": compile_policy and device.type == "cuda",
         "video": None,

@@ -28,7 +28,10 @@ Where each part comes from (Playground's `locomotion/go1/joystick.py` unless nam
   times its weight (Playground's `reward/<term>` metrics).
 - Commands (`reset`, `sample_command`): uniform in +-(1.5, 0.8, 1.2) at reset;
   after an exponential time (mean 5 s) each component is, with probability 1/2,
-  redrawn (zero with probability 1 - (0.9, 0.25, 0.5)), else kept.
+  redrawn (zero with probability 1 - (0.9, 0.25, 0.5)), else kept. Each row draws
+  its commands and their times from a generator of its own, seeded by (env seed,
+  row, episodes started on the row since `reset` or `reset_rows`): an evaluation's
+  command sequences are fixed by its seed, whatever the policy does on other rows.
 - Reset (`reset`): home keyframe, x and y +- 0.5 m, yaw +- 3.14, base linear
   and angular velocity +- 0.5, actuator controls at the home pose.
 - Termination (`_get_termination`): the IMU z axis points down.
@@ -42,6 +45,12 @@ Where each part comes from (Playground's `locomotion/go1/joystick.py` unless nam
   MuJoCo's derived constants; friction loss and `qpos0` written into the
   env's model directly). As in Playground, `qpos0` is read by nothing in this
   task's dynamics (no joint springs; episodes start at the home keyframe).
+
+Tracking (`EnvSpec.tracking_terms`, `envs.tracking`): per step, `lin_vel_error`
+|v_xy - cmd_xy| (m/s, body-frame linear velocity), `yaw_rate_error` |omega_z -
+cmd_yaw| (rad/s, gyro) and `command_speed` |cmd_xy|, with the command in force
+during the step (the one the reward tracks); `info["episode_tracking"]` sums them
+over each episode's steps after its first second.
 
 Rewards and `info` are computed on first read (`NpEnvState`), after the
 observation is handed out, as for the other MuJoCo tasks.
@@ -63,6 +72,7 @@ from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
 from envs.mujoco.np_env import resolve_cpu_ids
 from envs.mujoco.task import MujocoTask, rows_finite
 from envs.options import Flag, Option, Real
+from envs.tracking import EpisodeTracking
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "go1"
 SCENE_XML = ASSETS / "scene_mjx_feetonly_flat_terrain.xml"
@@ -99,6 +109,8 @@ REWARD_SCALES = {
 }
 CARRY = ("last_act", "last_last_act", "feet_air_time", "swing_peak", "last_contact")
 """what the task carries from step to step besides the command, zero at an episode's start"""
+TRACKING_TERMS = ("lin_vel_error", "yaw_rate_error", "command_speed")
+"""what `tracking_values` returns per step, in its column order"""
 RANDOMIZATIONS = (
     "randomize_floor_friction",
     "randomize_joint_friction",
@@ -248,6 +260,13 @@ def combine(terms: dict[str, np.ndarray], dt: float) -> tuple[np.ndarray, dict[s
     return np.clip(sum(weighted.values()) * dt, 0.0, 10000.0), weighted
 
 
+def tracking_values(p: dict[str, np.ndarray], command: np.ndarray) -> np.ndarray:
+    """(rows, 3) per-step `TRACKING_TERMS`: |v_xy - cmd_xy|, |omega_z - cmd_yaw|, |cmd_xy| (body frame)."""
+    lin = np.linalg.norm(p["local_linvel"][:, :2] - command[:, :2], axis=1)
+    yaw = np.abs(p["gyro"][:, 2] - command[:, 2])
+    return np.stack([lin, yaw, np.linalg.norm(command[:, :2], axis=1)], axis=1)
+
+
 def sample_command(rng: np.random.Generator, current: np.ndarray) -> np.ndarray:
     """Playground's `sample_command`: each component redrawn with probability 1/2 (zero w.p. 1 - keep), else kept."""
     n = current.shape[0]
@@ -312,6 +331,11 @@ class Go1JoystickEnv(NpEnv):
         self.swing_peak = np.zeros((n, 4))
         self._episode_length = np.zeros(n, dtype=np.int64)
         self._episode_return = np.zeros(n)
+        self.seed = int(seed)
+        self.row_episodes = np.zeros(n, dtype=np.int64)
+        """episodes started on each row since `reset` or `reset_rows` (keys its command generator)"""
+        self.command_rngs: list[np.random.Generator] = [self.rng] * n
+        self.tracking = EpisodeTracking(n, TRACKING_TERMS, self.dt)
         self._obs: dict[str, np.ndarray] = {}
         self._pending: NpEnvState | None = None
         self.physics_failures_total = 0
@@ -326,6 +350,7 @@ class Go1JoystickEnv(NpEnv):
             action_high=ones,
             dt=self.dt,
             max_episode_steps=task.max_episode_steps,
+            tracking_terms=TRACKING_TERMS,
         )
 
     # --- episodes ----------------------------------------------------------------
@@ -400,16 +425,26 @@ class Go1JoystickEnv(NpEnv):
         self._state[env_ids] = states
         self._sensordata[env_ids] = sensordata
         # new arrays, never writes into old ones: a deferred reward may still hold them
-        fresh = {
-            "command": self.rng.uniform(-CMD_AMPLITUDE, CMD_AMPLITUDE, size=(n, 3)),
-            "steps_until_next_cmd": steps_until_command(self.rng, n, self.dt),
-        }
+        fresh = self._first_commands(env_ids)
         for name in ("command", "steps_until_next_cmd", *CARRY):
             values = getattr(self, name).copy()
             values[env_ids] = fresh.get(name, 0)
             setattr(self, name, values)
         self._episode_length[env_ids] = 0
         self._episode_return[env_ids] = 0.0
+        self.tracking.reset(env_ids)
+
+    def _first_commands(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Each new episode's own command generator, its first command and the steps until the next one."""
+        command = np.empty((len(env_ids), 3))
+        steps = np.empty(len(env_ids), dtype=np.int64)
+        for i, row in enumerate(env_ids):  # cold path: one generator per new episode
+            rng = np.random.Generator(np.random.PCG64([self.seed, int(row), int(self.row_episodes[row])]))
+            self.command_rngs[row] = rng
+            command[i] = rng.uniform(-CMD_AMPLITUDE, CMD_AMPLITUDE)
+            steps[i] = steps_until_command(rng, 1, self.dt)[0]
+        self.row_episodes[env_ids] += 1
+        return {"command": command, "steps_until_next_cmd": steps}
 
     def _noisy(self, x: np.ndarray, key: str) -> np.ndarray:
         return x + (2 * self.rng.random(x.shape) - 1) * (self.noise_level * NOISE_SCALES[key])
@@ -453,11 +488,13 @@ class Go1JoystickEnv(NpEnv):
 
     # --- contract ------------------------------------------------------------------
     def reset(self) -> NpEnvState:
+        self.row_episodes[:] = 0
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
         return self._first_state()
 
     def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
         env_ids = np.asarray(env_ids, dtype=np.int32)
+        self.row_episodes[env_ids] = 0  # an evaluation starting on these rows sees the same commands every time
         self._reset_rows(env_ids)
         first = self.observe(self._physics(env_ids), env_ids)
         for key, value in first.items():
@@ -526,7 +563,7 @@ class Go1JoystickEnv(NpEnv):
             "first_contact": first_contact,
             "terminated": terminated,
         }
-        self._advance_carry(actions, contact, terminated)
+        self._advance_carry(actions, contact)
         self._episode_length += 1
         truncated = ((self._episode_length >= self.task.max_episode_steps) & ~terminated) | failed
         n_failed = int(np.count_nonzero(failed))
@@ -542,7 +579,7 @@ class Go1JoystickEnv(NpEnv):
         reset_start = time.perf_counter_ns()
         done_ids = np.flatnonzero(terminated | truncated).astype(np.int32)
         final_obs = obs
-        ended_return = self._episode_return[done_ids].copy()
+        ended = (self._episode_return[done_ids].copy(), self.tracking.ended(done_ids), info["episode_length"])
         if done_ids.size:
             final_obs = {k: v.copy() for k, v in obs.items()}
             self._reset_rows(done_ids)
@@ -551,20 +588,23 @@ class Go1JoystickEnv(NpEnv):
         self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
         self._obs = obs
         info["final_obs"] = final_obs
-        finish = functools.partial(self._rewards, p, carry, failed if n_failed else None, done_ids, ended_return)
+        finish = functools.partial(self._rewards, p, carry, failed if n_failed else None, done_ids, ended)
         result = NpEnvState(obs=obs, reward=None, terminated=terminated, truncated=truncated, info=info, finish=finish)
         self._pending = result
         return result
 
-    def _advance_carry(self, actions: np.ndarray, contact: np.ndarray, terminated: np.ndarray) -> None:
+    def _advance_carry(self, actions: np.ndarray, contact: np.ndarray) -> None:
         """After the reward's inputs are taken: the action history, command resampling, air time and swing peak
         (new arrays, so the deferred reward keeps the ones it was given)."""
         self.last_last_act, self.last_act = self.last_act, actions
         self.steps_until_next_cmd = self.steps_until_next_cmd - 1
-        due = self.steps_until_next_cmd <= 0
-        self.command = np.where(due[:, None], sample_command(self.rng, self.command), self.command)
-        redraw = steps_until_command(self.rng, self.num_envs, self.dt)
-        self.steps_until_next_cmd = np.where(terminated | due, redraw, self.steps_until_next_cmd)
+        due = np.flatnonzero(self.steps_until_next_cmd <= 0)
+        if due.size:  # each row from its own generator; a terminated row gets a new episode's command anyway
+            self.command, self.steps_until_next_cmd = self.command.copy(), self.steps_until_next_cmd.copy()
+            for row in due:
+                rng = self.command_rngs[row]
+                self.command[row] = sample_command(rng, self.command[row : row + 1])[0]
+                self.steps_until_next_cmd[row] = steps_until_command(rng, 1, self.dt)[0]
         self.feet_air_time = self.feet_air_time * ~contact
         self.last_contact = contact
         self.swing_peak = self.swing_peak * ~contact
@@ -575,9 +615,12 @@ class Go1JoystickEnv(NpEnv):
         carry: dict[str, np.ndarray],
         failed: np.ndarray | None,
         done_ids: np.ndarray,
-        ended_return: np.ndarray,
+        ended: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """The deferred part of a step: reward terms, reward, running and finished episodes' returns."""
+        """The deferred part of a step: reward terms, reward, running and finished episodes' returns and
+        tracking sums (`ended`: the ended rows' return and tracking sums before their reset, the step's
+        episode lengths)."""
+        ended_return, ended_tracking, episode_length = ended
         terms = reward_terms(self.layout, p, carry)
         reward, weighted = combine(terms, self.dt)
         if failed is not None:  # a failed step earns nothing
@@ -588,7 +631,12 @@ class Go1JoystickEnv(NpEnv):
         if done_ids.size:
             episode_return[done_ids] = ended_return + reward[done_ids]
             self._episode_return[done_ids] = 0.0
-        return reward.astype(np.float32), {"reward_terms": weighted, "episode_return": episode_return}
+        counted = np.ones(self.num_envs, dtype=bool) if failed is None else ~failed
+        tracking = self.tracking.add(
+            tracking_values(p, carry["command"]), episode_length, counted, done_ids, ended_tracking
+        )
+        info = {"reward_terms": weighted, "episode_return": episode_return, "episode_tracking": tracking}
+        return reward.astype(np.float32), info
 
     def _finish_pending(self) -> None:
         if self._pending is not None:

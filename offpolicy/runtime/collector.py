@@ -492,6 +492,9 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
         if "episode_return" in state.info:
             slot.episode_return[:] = state.info["episode_return"]
             slot.episode_length[:] = state.info["episode_length"]
+        if "episode_tracking" in state.info:
+            tracking = state.info["episode_tracking"]
+            slot.episode_tracking[:, : tracking.shape[1]] = tracking
         header = slot.header
         header[HEADER_TICK] = tick
         header[HEADER_POLICY_VERSION] = policy_version

@@ -42,6 +42,8 @@ class TransitionSlot:
     truncated: np.ndarray
     episode_return: np.ndarray
     episode_length: np.ndarray
+    episode_tracking: np.ndarray
+    """a tracking task's episode sums (`envs.tracking`) in its first columns"""
     physics_failed: np.ndarray
     """rows whose physics failed (valid only where the header counts failures)"""
 
@@ -72,6 +74,7 @@ class IngressRing:
                 truncated=segment[f"ring{i}/truncated"],
                 episode_return=segment[f"ring{i}/episode_return"],
                 episode_length=segment[f"ring{i}/episode_length"],
+                episode_tracking=segment[f"ring{i}/episode_tracking"],
                 physics_failed=segment[f"ring{i}/physics_failed"],
             )
             for i in range(ring_slots)

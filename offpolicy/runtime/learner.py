@@ -590,7 +590,10 @@ class Learner:
             self.episode_return_sum += float(slot.episode_return[:n][train].sum())
             self.episode_length_sum += int(slot.episode_length[:n][train].sum())
             if self.current_eval is not None:
-                self.current_eval.observe(tick, done[n:], slot.episode_return[n:], slot.episode_length[n:])
+                self.current_eval.observe(
+                    tick, done[n:], slot.episode_return[n:], slot.episode_length[n:],
+                    slot.terminated[n:], slot.episode_tracking[n:],
+                )  # fmt: skip
                 if self.current_eval.complete:
                     self._finish_eval()
         self.physics_failures += failures
@@ -701,6 +704,7 @@ class Learner:
             rows=self.num_eval_envs,
             per_row=per_row,
             started_at=time.monotonic(),
+            tracking_terms=tuple(getattr(self.spec, "tracking_terms", ())),
         )
         self.segment.control[RESET_REQUEST_TICK] = tick  # read by the collector after it saw ACTION_TICK = tick
 

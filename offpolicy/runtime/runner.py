@@ -82,7 +82,7 @@ from offpolicy.runtime.learner import (
     TrainPlan,
 )
 from offpolicy.runtime.slots import Layout, SharedSegment, Waiter
-from offpolicy.runtime.snapshot_eval import MeanPolicy, eval_metrics, return_statistics, rollout
+from offpolicy.runtime.snapshot_eval import MeanPolicy, eval_metrics, return_statistics, rollout, tracking_statistics
 from offpolicy.runtime.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -621,12 +621,16 @@ class Runner:
         previous_log = point_mujoco_log_at(str(self.run_dir))
         try:
             algorithm.snapshot_actor()
-            returns, lengths, _ = rollout(env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True))
+            tracking: dict[str, Any] = {}
+            returns, lengths, _ = rollout(
+                env, MeanPolicy(algorithm, env.spec, self.device, snapshot=True), tracking=tracking
+            )
         finally:
             env.close()
             restore_mujoco_log(previous_log)
         result = {
             **return_statistics(returns, lengths),
+            **tracking_statistics(env.spec.tracking_terms, **tracking),
             "policy_version": learner.policy_version,
             "env_steps": learner.env_steps_done(),
             "snapshot_s": loop_s,

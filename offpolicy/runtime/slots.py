@@ -47,6 +47,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from envs.tracking import MAX_TRACKING_COLUMNS
+
 DEFAULT_SPIN_US = 200.0
 """how long a waiter spins before it blocks (see above)"""
 DEFAULT_POLL_S = 0.02
@@ -204,6 +206,8 @@ class Layout:
             lay.add(p + "truncated", (n,), "bool")
             lay.add(p + "episode_return", (n,), "float32")
             lay.add(p + "episode_length", (n,), "int32")
+            # a tracking task's episode sums (`envs.tracking`; its first columns, valid where the row is done)
+            lay.add(p + "episode_tracking", (n, MAX_TRACKING_COLUMNS), "float32")
             # rows whose physics failed this step (valid where the header counts failures)
             lay.add(p + "physics_failed", (n,), "bool")
         return lay

@@ -15,6 +15,14 @@ every row has them the snapshot's statistics are reported (a metric row with
 taken: `eval/policy_version`, `eval/env_steps`, `eval/snapshot_s`). Rows run the
 same number of episodes each, so short (falling) episodes are not over-counted.
 
+A task that tracks commands (`EnvSpec.tracking_terms`, `envs.tracking`) adds, from
+the episode sums its rows report when they end, each term averaged over every
+counted step of every episode (steps after an episode's first second, so a
+short episode weighs by its steps, and one that fell within its first second adds
+only its fall) and `fall_fraction`, the fraction of episodes that terminated
+rather than reaching their time limit (`eval/lin_vel_error`, ...). Other tasks
+report nothing more.
+
 When to take one (`EvalSchedule`): every `eval.interval_s` seconds of the training
 loop and/or every `eval.interval_env_steps` env steps, and always at the
 `eval.at_seconds` marks. One evaluation runs at a time on the eval rows; a regular
@@ -39,6 +47,9 @@ import numpy as np
 
 from offpolicy.config import EvalConfig
 
+TRACKING_KEYS = ("lin_vel_error", "yaw_rate_error", "command_speed", "fall_fraction")
+"""tracking statistics an evaluation reports where its task has them (`tracking_statistics`)"""
+
 
 def return_statistics(returns: np.ndarray, lengths: np.ndarray) -> dict[str, float]:
     """Mean, median, min, max, std of the returns, mean length and the episode count."""
@@ -53,6 +64,20 @@ def return_statistics(returns: np.ndarray, lengths: np.ndarray) -> dict[str, flo
         "std": float(returns.std()),
         "length_mean": float(lengths.mean()),
     }
+
+
+def tracking_statistics(terms: tuple[str, ...], sums: Any = (), fell: Any = ()) -> dict[str, float]:
+    """Each tracking term's mean over the counted steps of all episodes, and the fraction of episodes that fell.
+
+    `sums` (episodes, terms + 1) holds each episode's sums and, last, its counted steps (`envs.tracking`);
+    `fell` marks the episodes that terminated. Empty for a task without tracking terms.
+    """
+    if not terms:
+        return {}
+    sums = np.asarray(sums, dtype=np.float64).reshape(-1, len(terms) + 1)
+    steps = float(sums[:, -1].sum())
+    means = sums[:, :-1].sum(axis=0) / steps if steps else np.full(len(terms), math.nan)
+    return {**{t: float(m) for t, m in zip(terms, means, strict=True)}, "fall_fraction": float(np.mean(fell))}
 
 
 @dataclass
@@ -73,10 +98,14 @@ class SnapshotEval:
     """host clock at the start (how long an evaluation takes, for the schedule)"""
     returns: list[list[float]] = field(default_factory=list)
     lengths: list[list[int]] = field(default_factory=list)
+    tracking_terms: tuple[str, ...] = ()
+    """the task's tracking terms (`envs.tracking`); none: no tracking statistics"""
 
     def __post_init__(self) -> None:
         self.returns = [[] for _ in range(self.rows)]
         self.lengths = [[] for _ in range(self.rows)]
+        self.tracking: list[list[np.ndarray]] = [[] for _ in range(self.rows)]
+        self.fell: list[list[bool]] = [[] for _ in range(self.rows)]
         self._remaining = self.rows * self.per_row
 
     @property
@@ -84,22 +113,38 @@ class SnapshotEval:
         """Every row has finished its episodes."""
         return self._remaining == 0
 
-    def observe(self, tick: int, done: np.ndarray, episode_return: np.ndarray, episode_length: np.ndarray) -> None:
-        """Count the eval rows' episodes that ended with transition `tick` (arrays over the eval rows)."""
+    def observe(
+        self,
+        tick: int,
+        done: np.ndarray,
+        episode_return: np.ndarray,
+        episode_length: np.ndarray,
+        terminated: np.ndarray | None = None,
+        episode_tracking: np.ndarray | None = None,
+    ) -> None:
+        """Count the eval rows' episodes that ended with transition `tick` (arrays over the eval rows;
+        `terminated` and `episode_tracking`, the rows' tracking sums, for a task with tracking terms)."""
         if tick <= self.reset_tick or not done.any():
             return  # the episodes that ended at or before the reset belong to no snapshot
+        width = len(self.tracking_terms) + 1
         for row in np.flatnonzero(done):
             if len(self.returns[row]) < self.per_row:
                 self.returns[row].append(float(episode_return[row]))
                 self.lengths[row].append(int(episode_length[row]))
+                if self.tracking_terms:
+                    self.tracking[row].append(np.array(episode_tracking[row, :width], dtype=np.float64))
+                    self.fell[row].append(bool(terminated[row]))
                 self._remaining -= 1
 
     def result(self) -> dict[str, Any]:
         """Statistics of the finished evaluation plus where its snapshot was taken."""
         returns = np.array([r for row in self.returns for r in row])
         lengths = np.array([n for row in self.lengths for n in row])
+        sums = [t for row in self.tracking for t in row]
+        fell = np.array([f for row in self.fell for f in row])
         return {
             **return_statistics(returns, lengths),
+            **tracking_statistics(self.tracking_terms, np.array(sums), fell),
             "policy_version": self.policy_version,
             "env_steps": self.env_steps,
             "snapshot_s": self.snapshot_s,
@@ -122,6 +167,7 @@ def eval_metrics(result: dict[str, Any]) -> dict[str, float]:
         "eval/policy_version": float(result["policy_version"]),
         "eval/env_steps": float(result["env_steps"]),
         "eval/snapshot_s": float(result["snapshot_s"]),
+        **{f"eval/{k}": float(result[k]) for k in TRACKING_KEYS if k in result},
     }
 
 
@@ -229,12 +275,21 @@ class SampledPolicy(MeanPolicy):
         return self.algorithm.explore(padded, reset)[:n]
 
 
-def rollout(env: Any, policy: Any, record_first: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
-    """One episode per env row from a fresh reset: (returns, lengths, [(qpos, qvel) of row 0 while it lasts])."""
+def rollout(
+    env: Any, policy: Any, record_first: bool = False, tracking: dict[str, Any] | None = None
+) -> tuple[np.ndarray, np.ndarray, list]:
+    """One episode per env row from a fresh reset: (returns, lengths, [(qpos, qvel) of row 0 while it lasts]).
+
+    Given a dict `tracking` and a task with tracking terms, puts each episode's tracking sums (`sums`) and
+    whether it fell (`fell`) in it, the arguments of `tracking_statistics` after its `terms`.
+    """
     n = env.spec.num_envs
+    terms = tuple(getattr(env.spec, "tracking_terms", ()))
     state = env.reset()
     returns = np.zeros(n, np.float64)
     lengths = np.zeros(n, np.int64)
+    sums = np.zeros((n, len(terms) + 1))
+    fell = np.zeros(n, bool)
     finished = np.zeros(n, bool)
     frames: list[tuple[np.ndarray, np.ndarray]] = []
     if record_first:
@@ -245,11 +300,16 @@ def rollout(env: Any, policy: Any, record_first: bool = False) -> tuple[np.ndarr
         new = done & ~finished
         returns[new] = state.info["episode_return"][new]
         lengths[new] = state.info["episode_length"][new]
+        if terms:
+            sums[new] = state.info["episode_tracking"][new]
+            fell[new] = state.terminated[new]
         if record_first and not finished[0] and not done[0]:
             frames.append(env.physics_qpos_qvel(0))
         finished |= done
         if finished.all():
             break
+    if tracking is not None and terms:
+        tracking.update(sums=sums, fell=fell)
     return returns, lengths, frames
 
 
