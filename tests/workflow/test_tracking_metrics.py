@@ -166,3 +166,37 @@ def test_eval_cli_writes_the_tracking_metrics_of_a_go1_checkpoint(tmp_path):
     expected = tracking_statistics(TRACKING_TERMS, **tracking)
     for key, value in expected.items():
         np.testing.assert_allclose(result[key], value, rtol=1e-5, equal_nan=True)
+
+
+class _ScriptedEnv:
+    """Two rows with one tracking term: row 0 terminates (falls) at step 2, row 1 reaches its limit at step 3."""
+
+    class spec:  # noqa: N801 - the attributes `rollout` reads of an EnvSpec
+        num_envs, max_episode_steps, tracking_terms = 2, 3, ("lin_vel_error",)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self):
+        self.t = 0
+        return self._state(np.zeros(2, bool), np.zeros(2, bool))
+
+    def step(self, action):
+        self.t += 1
+        return self._state(np.array([self.t == 2, False]), np.array([False, self.t == 3]))
+
+    def _state(self, terminated, truncated):
+        from types import SimpleNamespace
+
+        info = {"episode_return": np.full(2, 10.0 * self.t), "episode_length": np.full(2, self.t),
+                "episode_tracking": np.array([[0.5 * self.t, self.t], [0.25 * self.t, self.t]])}  # fmt: skip
+        return SimpleNamespace(obs={"actor": np.zeros((2, 1))}, terminated=terminated, truncated=truncated, info=info)
+
+
+def test_rollout_records_which_episodes_fell_and_their_tracking_sums():
+    tracking: dict = {}
+    returns, lengths, _ = rollout(_ScriptedEnv(), lambda obs: np.zeros((2, 1)), tracking=tracking)
+    np.testing.assert_array_equal(lengths, [2, 3])
+    np.testing.assert_array_equal(returns, [20.0, 30.0])
+    np.testing.assert_array_equal(tracking["fell"], [True, False])  # a termination falls, a time limit does not
+    np.testing.assert_array_equal(tracking["sums"], [[1.0, 2.0], [0.75, 3.0]])  # each row's sums as it ended
