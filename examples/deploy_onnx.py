@@ -22,11 +22,11 @@ def main(onnx_path: str, steps: int = 1000) -> float:
     """Run one env for `steps` control steps on the exported policy; returns the summed reward."""
     info = json.loads(Path(onnx_path).with_suffix(".json").read_text())
     session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-    env = envs.make(info["env"], num_envs=1, seed=0)
+    env = envs.make(info["env"], num_envs=1, seed=0)  # on a robot: its sensors, in info's observation layout
     obs, total = env.reset().obs["actor"], 0.0
     for _ in range(steps):
         (action,) = session.run(["action"], {"obs": obs.astype(np.float32)})
-        state = env.step(action)
+        state = env.step(action)  # on a robot: joint_targets to the PD controllers every control_dt
         obs, total = state.obs["actor"], total + float(state.reward[0])
     env.close()
     print(f"{info['env']}: {steps} steps of {info['control_dt']} s, summed reward {total:.3f}")

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 SEARCHPATH = "hydra.searchpath=[file://examples/conf]"
 """how the README's commands find the examples' config files (relative to the repository root)"""
-SHOWN = {"examples/slider.py", "examples/ddpg.py"}
+SHOWN = {"examples/slider.py", "examples/ddpg.py", "examples/deploy_onnx.py"}
 
 if str(REPO) not in sys.path:  # the README runs from the repository root, where `examples` imports
     sys.path.insert(0, str(REPO))
