@@ -322,6 +322,7 @@ class Go1JoystickEnv(NpEnv):
         n = num_envs
         self._state = np.zeros((n, self.nstate))
         self._sensordata = np.zeros((n, m.nsensordata))
+        self._warmstart = np.zeros((n, self.nv))
         self.command = np.zeros((n, 3))
         self.steps_until_next_cmd = np.zeros(n, dtype=np.int64)
         self.last_act = np.zeros((n, self.nu))
@@ -420,6 +421,8 @@ class Go1JoystickEnv(NpEnv):
                     getattr(model, field)[:] = row
         self.pool.reset(env_ids, states, randomization=dict(patched) or None, skipsensor=True)
         states, sensordata = self.reset_pool.reset(env_ids, states, randomization=dict(patched) or None)
+        self._warmstart = self._warmstart.copy()
+        self._warmstart[env_ids] = 0.0
         self._state = self._state.copy()
         self._sensordata = self._sensordata.copy()
         self._state[env_ids] = states
@@ -529,9 +532,18 @@ class Go1JoystickEnv(NpEnv):
         targets = self.layout.default_pose + ACTION_SCALE * actions
         control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
         prev_time = self._state[:, 0]
-        state, sensordata = self.pool.step(
-            self._state, nstep=self.frame_skip, control=control, return_sensor=True, post_step_forward_sensor=False
-        )
+        state, warm, h = self._state, self._warmstart, float(self.model.opt.timestep)
+        qv = slice(1 + self.nq, 1 + self.nq + self.nv)
+        # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
+        # Euler step's velocity change over h) is carried across control steps as plain mj_step calls carry it
+        for k in range(self.frame_skip):
+            ctrl = np.ascontiguousarray(control[:, k : k + 1])
+            qvel_before = state[:, qv]
+            state, sensordata = self.pool.step(
+                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
+            )
+            warm = (state[:, qv] - qvel_before) / h
+        self._warmstart = warm
         advanced = state[:, 0] - prev_time
         failed = (advanced < self._min_advance) | (self._max_advance < advanced) | ~rows_finite(state)
         return state, sensordata, failed

@@ -115,6 +115,27 @@ def test_each_reward_term_matches_playgrounds_formula_on_a_constructed_state():
     assert weighted["orientation"][1] == -5.0
 
 
+def test_trajectory_equals_plain_mujoco_that_keeps_the_solvers_warm_start():
+    """One solver iteration starts from the last substep's qacc: the pool must carry it across control steps."""
+    rng = np.random.default_rng(5)
+    actions = rng.uniform(-0.3, 0.3, (50, 12))
+    with make("go1_joystick_flat", 1, seed=0, nthread=1, **OFF) as env:
+        model, home = env.model, env.model.keyframe("home").qpos
+        env.set_physics_state(home[None], np.zeros((1, env.nv)))
+        data = mujoco.MjData(model)
+        data.qpos[:] = home
+        worst = 0.0
+        for action in actions:
+            state = env.step(action[None])
+            assert not (state.terminated | state.truncated).any()
+            data.ctrl[:] = home[7:] + 0.5 * action
+            for _ in range(5):
+                mujoco.mj_step(model, data)
+            qpos, qvel = env.physics_qpos_qvel()
+            worst = max(worst, np.abs(qpos[0] - data.qpos).max(), np.abs(qvel[0] - data.qvel).max())
+    assert worst < 1e-6
+
+
 def test_observations_layout_previous_action_and_determinism_with_noise_off():
     rng = np.random.default_rng(5)
     with make("go1_joystick_flat", 2, seed=1, nthread=1, **OFF) as env:
