@@ -329,6 +329,7 @@ class TickLoop:
         return self.num_ticks
 
     def _publish_first_obs(self) -> None:
+        """Reset the env and publish its first observations as tick 0's, every row flagged as reset."""
         self.control[COLLECTOR_STATE] = CollectorState.RUNNING
         state = self.env.reset()
         self.prev_obs = {k: np.array(state.obs[k], dtype=np.float32, copy=True) for k in self.obs_keys}
@@ -361,7 +362,7 @@ class TickLoop:
         slot = self.ring.acquire_for_write(self.waiter, self._check)
         times.acquired = clock()
         self._write_transition(slot, tick, state, done, policy_version)
-        if not last:
+        if not last:  # the observations just published are obs_t of the next transition
             for k in self.obs_keys:
                 self.prev_obs[k][:] = self.obs_slot[k]
         times.written = clock()
