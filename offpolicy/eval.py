@@ -49,7 +49,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -374,20 +374,47 @@ def eval_actor_config(algo_cfg: dict[str, Any], actor: str, ckpt: dict[str, Any]
     return algo_cfg
 
 
+@dataclass
+class _Loaded:
+    """The checkpoint and what the command line asks of it, checked before any env is built."""
+
+    path: Path
+    ckpt: dict[str, Any]
+    env_name: str
+    options: dict[str, Any]
+    """the env options: the checkpoint's, then env_options, then max_episode_steps"""
+    algo_cfg: dict[str, Any]
+    """the algorithm config the evaluation acts with (eval_algo_config, eval_actor_config)"""
+    compile_policy: bool
+    gl_problem: str | None
+    """why no video can be rendered (the one line to print), or None"""
+
+
+@dataclass
+class _Episodes:
+    """What the episodes gave: their returns and lengths, and what the reference scores and the video need."""
+
+    spec: Any
+    algorithm: Any
+    returns: np.ndarray
+    lengths: np.ndarray
+    states: list
+    """row 0's states of the first episode (the video's frames)"""
+    tracked: dict[str, float]
+    model: Any
+
+
 def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     """Load the checkpoint, run the episodes, write eval.json (and the MP4); returns what eval.json holds.
 
     Raises `ConfigError` for a bad key, `CheckpointError` for a bad checkpoint and
     `VideoError` (after writing eval.json) when the video fails or no GL backend works.
     """
-    from offpolicy.config import check_reference, check_task, validate_eval_config
+    from offpolicy.config import validate_eval_config
 
     checked = validate_eval_config(cfg)  # ConfigError (one line) before anything runs
     quiet_library_logs()  # before anything imports mujoco or dm_control
-    import torch
-
-    from offpolicy.checkpoint import CheckpointError, check_compatible, load_algorithm_state, load_checkpoint
-    from offpolicy.runtime.runner import default_algorithm_factory, resolve_device
+    from offpolicy.runtime.runner import resolve_device
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -395,6 +422,36 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     episodes = int(cfg.episodes)
     reference = str(cfg.get("reference") or "none")
     action = str(cfg.get("action") or "mean")
+    loaded = _load_checked(cfg, device, reference)
+    physics_dir = contextlib.chdir(out_dir.resolve())  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the output dir
+    ran = _run_checked_episodes(cfg, loaded, device, episodes, action, physics_dir)
+    result = _eval_result(loaded, ran, device, episodes, action)
+    if reference != "none":
+        score = {"gymnasium": score_in_gymnasium, "dm_control": score_in_dm_control}[reference]
+        with physics_dir:
+            result["reference"] = score(ran.spec, ran.algorithm, device, episodes, int(cfg.seed))
+    video_path = Path(cfg.video_path) if cfg.get("video_path") else out_dir / "eval.mp4"
+    json_dir = video_path.parent if cfg.video else out_dir
+    video_error = VideoError(loaded.gl_problem) if loaded.gl_problem is not None else None
+    if cfg.video and loaded.gl_problem is None:
+        video_error = _render_first_episode(cfg, loaded.env_name, ran, video_path, result)
+    json_dir.mkdir(parents=True, exist_ok=True)
+    (json_dir / "eval.json").write_text(json.dumps(result, indent=2))
+    result["eval_json"] = str(json_dir / "eval.json")
+    if checked.logger.name == "wandb":
+        log_to_wandb(cfg, result, out_dir)
+    if video_error is not None:
+        raise VideoError(f"{video_error}; the returns are in {result['eval_json']}")
+    return result
+
+
+def _load_checked(cfg: DictConfig, device: Any, reference: str) -> _Loaded:
+    """Load the checkpoint and check it, the task, its options and the reference against each other.
+
+    Raises `CheckpointError` or `ConfigError` (one line); with `video=true` picks the GL backend first.
+    """
+    from offpolicy.checkpoint import CheckpointError, check_compatible, load_checkpoint
+    from offpolicy.config import check_reference, check_task
 
     path = Path(str(cfg.checkpoint)).expanduser()
     ckpt = load_checkpoint(path, map_location="cpu")
@@ -420,27 +477,37 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
     check_reference(reference, env_name)
     if cfg.get("max_episode_steps") is not None:
         options["max_episode_steps"] = int(cfg.max_episode_steps)
+    return _Loaded(path, ckpt, env_name, options, algo_cfg, compile_policy, gl_problem)
+
+
+def _run_checked_episodes(
+    cfg: DictConfig, loaded: _Loaded, device: Any, episodes: int, action: str, physics_dir: Any
+) -> _Episodes:
+    """Build the env and the algorithm, check the env's sizes against the checkpoint, run the episodes."""
+    import torch
 
     import envs
+    from offpolicy.checkpoint import check_compatible, load_algorithm_state
+    from offpolicy.runtime.runner import default_algorithm_factory
 
+    ckpt, path = loaded.ckpt, loaded.path
     torch.manual_seed(int(cfg.seed))
     if device.type == "cpu":
         # the policy sees one row (a reference env) or a few: intra-op threads only contend with the
         # physics (a dm_control re-score ran 10x slower with 2 threads on a 2-core machine)
         torch.set_num_threads(1)
-    physics_dir = contextlib.chdir(out_dir.resolve())  # MuJoCo's warnings (MUJOCO_LOG.TXT) land in the output dir
     rows = batch_rows(episodes, action, int(ckpt["num_envs"]))
     with physics_dir:
-        env = envs.make(env_name, num_envs=rows, seed=int(cfg.seed), **options)
+        env = envs.make(loaded.env_name, num_envs=rows, seed=int(cfg.seed), **loaded.options)
     try:
         spec = env.spec
-        check_compatible(ckpt, path, env=env_name, obs_dims=dict(spec.obs_dims), action_dim=spec.action_dim)
+        check_compatible(ckpt, path, env=loaded.env_name, obs_dims=dict(spec.obs_dims), action_dim=spec.action_dim)
         # Built with the training row count: per-env state (reward scaler, noise) must match to load.
         algorithm = default_algorithm_factory(
-            OmegaConf.create(algo_cfg), replace(spec, num_envs=int(ckpt["num_envs"])), device
+            OmegaConf.create(loaded.algo_cfg), replace(spec, num_envs=int(ckpt["num_envs"])), device
         )
         load_algorithm_state(algorithm, ckpt, path, allow_policy_only=True)  # a policy file acts the same
-        record = bool(cfg.video) and gl_problem is None
+        record = bool(cfg.video) and loaded.gl_problem is None
         with physics_dir:
             returns, lengths, states, tracked = run_episodes(
                 env, algorithm, device, episodes, action, record_first=record
@@ -448,62 +515,58 @@ def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         model = env.model
     finally:
         env.close()
+    return _Episodes(spec, algorithm, returns, lengths, states, tracked, model)
 
-    stats = return_statistics(returns, lengths)
-    video_path = Path(cfg.video_path) if cfg.get("video_path") else out_dir / "eval.mp4"
-    result: dict[str, Any] = {
-        "checkpoint": str(path),
+
+def _eval_result(loaded: _Loaded, ran: _Episodes, device: Any, episodes: int, action: str) -> dict[str, Any]:
+    """What eval.json holds, before the reference scores and the video are added."""
+    ckpt = loaded.ckpt
+    stats = return_statistics(ran.returns, ran.lengths)
+    return {
+        "checkpoint": str(loaded.path),
         "policy_only": bool(ckpt.get("policy_only")),
         "algo": str(ckpt["algo"]),
-        "env": env_name,
-        "env_options": options,
+        "env": loaded.env_name,
+        "env_options": loaded.options,
         "checkpoint_env_steps": int(ckpt["counters"]["env_steps"]),
         "checkpoint_policy_version": int(ckpt["counters"]["policy_version"]),
         "episodes": episodes,
         "action": action,
-        "actor": "averaged" if algorithm.policy_ema and action == "mean" else "raw",  # sampling explores: raw
+        "actor": "averaged" if ran.algorithm.policy_ema and action == "mean" else "raw",  # sampling explores: raw
         "return_mean": stats["mean"],
         "return_median": stats["median"],
         "return_min": stats["min"],
         "return_max": stats["max"],
         "return_std": stats["std"],
-        "length_mean": float(lengths.mean()),
-        "length_std": float(lengths.std()),
-        "returns": returns.tolist(),
-        "lengths": lengths.tolist(),
-        **tracked,  # a tracking task's lin_vel_error, yaw_rate_error, command_speed, fall_fraction
+        "length_mean": float(ran.lengths.mean()),
+        "length_std": float(ran.lengths.std()),
+        "returns": ran.returns.tolist(),
+        "lengths": ran.lengths.tolist(),
+        **ran.tracked,  # a tracking task's lin_vel_error, yaw_rate_error, command_speed, fall_fraction
         "device": str(device),
-        "compiled_policy": compile_policy and device.type == "cuda",
+        "compiled_policy": loaded.compile_policy and device.type == "cuda",
         "video": None,
     }
-    if reference != "none":
-        score = {"gymnasium": score_in_gymnasium, "dm_control": score_in_dm_control}[reference]
-        with physics_dir:
-            result["reference"] = score(spec, algorithm, device, episodes, int(cfg.seed))
-    json_dir = video_path.parent if cfg.video else out_dir
-    video_error = VideoError(gl_problem) if gl_problem is not None else None
-    if cfg.video and gl_problem is None:
-        camera = dict(CAMERAS.get(env_name, {}))
-        if cfg.get("video_camera_distance") is not None:
-            camera["distance"] = float(cfg.video_camera_distance)
-        try:
-            fps = 1.0 / spec.dt
-            result["video_frames"] = render_video(
-                model, states, video_path, fps, int(cfg.video_width), int(cfg.video_height), camera
-            )
-            result["video"] = str(video_path)
-            result["video_fps"] = fps
-            result["mujoco_gl"] = os.environ.get("MUJOCO_GL")
-        except VideoError as exc:
-            video_error = exc
-    json_dir.mkdir(parents=True, exist_ok=True)
-    (json_dir / "eval.json").write_text(json.dumps(result, indent=2))
-    result["eval_json"] = str(json_dir / "eval.json")
-    if checked.logger.name == "wandb":
-        log_to_wandb(cfg, result, out_dir)
-    if video_error is not None:
-        raise VideoError(f"{video_error}; the returns are in {result['eval_json']}")
-    return result
+
+
+def _render_first_episode(
+    cfg: DictConfig, env_name: str, ran: _Episodes, video_path: Path, result: dict[str, Any]
+) -> VideoError | None:
+    """Render the recorded first episode to `video_path` and note it in `result`; returns the failure, if any."""
+    camera = dict(CAMERAS.get(env_name, {}))
+    if cfg.get("video_camera_distance") is not None:
+        camera["distance"] = float(cfg.video_camera_distance)
+    try:
+        fps = 1.0 / ran.spec.dt
+        result["video_frames"] = render_video(
+            ran.model, ran.states, video_path, fps, int(cfg.video_width), int(cfg.video_height), camera
+        )
+        result["video"] = str(video_path)
+        result["video_fps"] = fps
+        result["mujoco_gl"] = os.environ.get("MUJOCO_GL")
+    except VideoError as exc:
+        return exc
+    return None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")

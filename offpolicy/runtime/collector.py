@@ -15,13 +15,17 @@ Handshake over a pipe (cold path), then the tick loop over shared memory:
     ... tick loop ...
     collector -> parent: ("error", failure)  or  ("bye", report)
 
-One tick (see docs/design.md): wait for ACTION_TICK=t; step physics; write obs_{t+1}
-and the reset mask into the obs slot (resetting first the rows the learner asked to
-reset with tick t's actions: a snapshot evaluation starts) and publish OBS_TICK=t+1;
-then, while the learner runs its inference, write transition t into the next free
-ingress slot (block while the ring is full); loop. Each tick's phase durations go
-into a shared ring (`PhaseRecorder`), and with `runtime.trace` their intervals
-join the timeline as the collector's track.
+One tick (see docs/design.md, `TickLoop`): wait for ACTION_TICK=t; step physics; write
+obs_{t+1} and the reset mask into the obs slot (resetting first the rows the learner asked
+to reset with tick t's actions: a snapshot evaluation starts) and publish OBS_TICK=t+1;
+then, while the learner runs its inference, finish step t's deferred rewards and write
+transition t into the next free ingress slot (block while the ring is full); loop.
+
+The loop's collaborators live in their own modules and are called at a few named points:
+metering (`offpolicy.runtime.collector_phases`: each tick's phase durations into a shared
+ring, and with `runtime.trace` their intervals for the timeline's collector track),
+recording (`offpolicy.runtime.recording`: a window of ticks for a same-trajectory replay)
+and fault injection (`offpolicy.runtime.collector_faults`: `runtime.fault.collector_*`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from offpolicy.affinity import thread_affinities
+from offpolicy.runtime.collector_faults import CollectorFaults
+from offpolicy.runtime.collector_phases import PhaseRecorder, TickTimes
 from offpolicy.runtime.ingress import (
     HEADER_NUM_DONE,
     HEADER_PHYSICS_FAILURES,
@@ -46,16 +52,14 @@ from offpolicy.runtime.ingress import (
     HEADER_TICK,
     IngressRing,
 )
+from offpolicy.runtime.recording import NoRecording, RecordWindow, recorder_for
 from offpolicy.runtime.slots import (
     ACTION_POLICY_VERSION,
     ACTION_TICK,
     COLLECTOR_HEARTBEAT_NS,
-    COLLECTOR_PHASE_TICKS,
     COLLECTOR_STATE,
     CONSUMED,
     OBS_TICK,
-    PHASE_NAMES,
-    PHASE_RING,
     PHYSICS_FAILURES,
     RESET_REQUEST_TICK,
     STOP,
@@ -128,11 +132,11 @@ class CollectorConfig:
     spin_us: float
     poll_s: float
     raise_at_tick: int = -1
-    """fault injection: raise inside env.step at this tick (-1: never)"""
+    """fault injection (`CollectorFaults`): raise inside env.step at this tick (-1: never)"""
     hang_at_tick: int = -1
-    """fault injection: hang inside env.step at this tick (-1: never)"""
+    """fault injection (`CollectorFaults`): hang inside env.step at this tick (-1: never)"""
     step_delay_s: float = 0.0
-    """test hook: random sleep up to this long before each step (property tests)"""
+    """test hook (`CollectorFaults`): random sleep up to this long before each step (property tests)"""
     trace_max_ticks: int = 0
     """keep this many ticks of phase intervals for the timeline's collector track (0: none)"""
     record: RecordWindow | None = None
@@ -140,21 +144,6 @@ class CollectorConfig:
 
     work_dir: str | None = None
     """the run dir (absolute): MuJoCo's MUJOCO_LOG.TXT lands there (the working directory stays as it is)"""
-
-
-@dataclass(frozen=True)
-class RecordWindow:
-    """Which ticks to record and where: the physics state before the first, then every action and reset."""
-
-    path: str
-    start_tick: int
-    ticks: int
-    start_s: float | None = None
-    """when set: the window starts at the first tick this many seconds after tick 0 (start_tick is ignored)"""
-
-
-class InjectedFault(RuntimeError):
-    """Raised by fault injection (runtime.fault.*)."""
 
 
 def isolation_report(env: Any) -> dict[str, Any]:
@@ -183,6 +172,25 @@ class _Stop(Exception):
 
 def collector_main(conn: Any, cfg: CollectorConfig) -> None:
     """Entry point of the spawned collector process."""
+    _isolate(cfg)
+    session = _Session()
+    try:
+        _serve(conn, cfg, session)
+    except _Stop:
+        try:
+            report = {"ticks": session.tick, "stopped": True, **isolation_report(session.env), "trace": session.trace}
+            conn.send(("bye", report))
+        except (OSError, EOFError):
+            pass
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+        _report_failure(conn, session, exc)
+        os._exit(1)
+    finally:
+        session.close()
+
+
+def _isolate(cfg: CollectorConfig) -> None:
+    """Signals, thread caps and CPU affinity of the collector process, before anything is built."""
     # The parent owns shutdown: a terminal's SIGINT goes to the whole process group,
     # and the collector must not die before the parent has stopped it in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -194,295 +202,202 @@ def collector_main(conn: Any, cfg: CollectorConfig) -> None:
     for var in THREAD_CAP_VARS:
         os.environ[var] = "1"
     os.sched_setaffinity(0, cfg.collector_cpus)
-    env = None
-    segment = None
+
+
+@dataclass
+class _Session:
+    """What the collector process holds: the env, the segment and the tick loop, once each exists."""
+
+    env: Any = None
+    segment: SharedSegment | None = None
+    loop: TickLoop | None = None
+
+    @property
+    def tick(self) -> int:
+        """The tick the loop is in (-1 before the first)."""
+        return -1 if self.loop is None else self.loop.tick
+
+    @property
+    def trace(self) -> list[tuple[str, int, int, int]]:
+        """The phase intervals of the traced ticks, sent with the goodbye."""
+        return [] if self.loop is None else self.loop.trace
+
+    def close(self) -> None:
+        """Close the env and unmap the segment."""
+        if self.env is not None:
+            self.env.close()
+        if self.segment is not None:
+            self.segment.close()
+
+
+def _serve(conn: Any, cfg: CollectorConfig, session: _Session) -> None:
+    """Build the env, run the handshake and the tick loop, say goodbye."""
+    session.env = cfg.env_factory.build(cfg.collector_cpus)
+    if cfg.work_dir is not None:
+        point_mujoco_log_at(cfg.work_dir)
+    faults = CollectorFaults(cfg.raise_at_tick, cfg.hang_at_tick, cfg.step_delay_s)
+    env = session.env = faults.wrap_env(session.env)
+    conn.send(("spec", {"spec": env.spec, **isolation_report(env)}))
+    msg = conn.recv()
+    if msg[0] != "attach":
+        return
+    _, name, layout, ring_slots = msg
+    session.segment = SharedSegment.attach(name, layout)
+    conn.send(("attached",))
+    session.loop = TickLoop(env, session.segment, ring_slots, cfg, faults)
+    ticks = session.loop.run()
+    conn.send(("bye", {"ticks": ticks, **isolation_report(env), "trace": session.trace}))
+
+
+def _report_failure(conn: Any, session: _Session, exc: BaseException) -> None:
+    """Mark the collector failed in shared memory (waking every waiter) and send the parent the traceback."""
+    failure = {
+        "tick": session.tick,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": traceback.format_exc(),
+    }
+    if session.segment is not None:
+        session.segment.control[COLLECTOR_STATE] = CollectorState.FAILED
+        session.segment.wake_all()
     try:
-        env = cfg.env_factory.build(cfg.collector_cpus)
-        if cfg.work_dir is not None:
-            point_mujoco_log_at(cfg.work_dir)
-        if cfg.raise_at_tick >= 0 or cfg.hang_at_tick >= 0:
-            env = FaultInjectingEnv(env, cfg.raise_at_tick, cfg.hang_at_tick)
-        conn.send(("spec", {"spec": env.spec, **isolation_report(env)}))
-        msg = conn.recv()
-        if msg[0] != "attach":
-            return
-        _, name, layout, ring_slots = msg
-        segment = SharedSegment.attach(name, layout)
-        conn.send(("attached",))
-        ticks = _run(env, segment, ring_slots, cfg)
-        conn.send(("bye", {"ticks": ticks, **isolation_report(env), "trace": _TRACE}))
-    except _Stop:
-        try:
-            conn.send(("bye", {"ticks": _CURRENT_TICK[0], "stopped": True, **isolation_report(env), "trace": _TRACE}))
-        except (OSError, EOFError):
-            pass
-    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
-        failure = {
-            "tick": _CURRENT_TICK[0],
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": traceback.format_exc(),
-        }
-        if segment is not None:
-            segment.control[COLLECTOR_STATE] = CollectorState.FAILED
-            segment.wake_all()
-        try:
-            conn.send(("error", failure))  # the parent prints it with its report
-        except (OSError, EOFError):  # no parent to tell: say it here
-            sys.stderr.write(f"[collector pid={os.getpid()}] raised at tick {failure['tick']}:\n{failure['traceback']}")
-            sys.stderr.flush()
-        os._exit(1)
-    finally:
-        if env is not None:
-            env.close()
-        if segment is not None:
-            segment.close()
+        conn.send(("error", failure))  # the parent prints it with its report
+    except (OSError, EOFError):  # no parent to tell: say it here
+        sys.stderr.write(f"[collector pid={os.getpid()}] raised at tick {failure['tick']}:\n{failure['traceback']}")
+        sys.stderr.flush()
 
 
-_CURRENT_TICK = [-1]
-_TRACE: list[tuple[str, int, int, int]] = []
-"""(phase, tick, start_ns, end_ns) of the recorded ticks, sent with the collector's goodbye"""
+class TickLoop:
+    """The collector's side of the tick protocol (docs/design.md, "One tick") over the shared segment.
 
-
-class PhaseRecorder:
-    """Per-tick phase durations into the shared phase ring (the learner reads medians at log time), and
-    the intervals themselves for the timeline's collector track while `trace_max_ticks` lasts.
-
-    Phases (`offpolicy.runtime.slots.PHASE_NAMES`): `cycle` from one obs publish to the next; `wait` for the
-    action (the learner's inference and the exchange); `physics`, the pool step; `task`, the task's
-    numpy (observation, reward, termination) around it; `resets`, auto-resets; `eval_resets`, resets a
-    snapshot evaluation asked for; `publish`, writing the next observations; `critical`, from the
-    action to the next publish (what the learner waits for); `ingress_wait` and `ingress_write`, the
-    transition's slot, written after the publish while the learner runs its inference.
+    Each tick: wait for the action slot of tick t; step physics with its actions; write obs_{t+1} (then
+    the first observations of the rows the learner asked to reset) and publish OBS_TICK=t+1; finish step
+    t's deferred rewards and write transition t into the next free ingress slot. Its collaborators are
+    called at named points: `faults.before_step` and `recorder.before_step` before the step,
+    `recorder.forced_reset` and `recorder.after_step` before the publish, `phases.record` and
+    `recorder.tick_done` once the transition is written, `recorder.save` at the end.
     """
 
-    def __init__(self, segment: SharedSegment, trace_max_ticks: int) -> None:
-        self.ring = segment["collector/phases"]
-        self.control = segment.control
-        self.trace_max_ticks = int(trace_max_ticks)
-        self.index = {name: i for i, name in enumerate(PHASE_NAMES)}
-        self.published = self.written = 0
-
-    def start(self, published: int) -> None:
-        self.published = self.written = published
-
-    def record(
-        self,
-        tick: int,
-        t_action: int,
-        t_stepped: int,
-        env_timing: tuple[int, int, int, int] | None,
-        eval_span: tuple[int, int] | None,
-        t_published: int,
-        t_acquired: int,
-        t_written: int,
+    def __init__(
+        self, env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig, faults: CollectorFaults
     ) -> None:
-        if env_timing is None:  # an env that does not time itself: the whole step counts as physics
-            env_timing = (t_action, t_stepped, t_stepped, t_stepped)
-        pool_start, pool_end, reset_start, reset_end = env_timing
-        physics, resets = pool_end - pool_start, reset_end - reset_start
-        evals = 0 if eval_span is None else eval_span[1] - eval_span[0]
-        row = self.ring[tick % PHASE_RING]
-        i = self.index
-        row[i["cycle"]] = t_published - self.published
-        row[i["wait"]] = t_action - self.written
-        row[i["physics"]] = physics
-        row[i["task"]] = (t_stepped - t_action) - physics - resets
-        row[i["resets"]] = resets
-        row[i["eval_resets"]] = evals
-        row[i["publish"]] = (t_published - t_stepped) - evals
-        row[i["critical"]] = t_published - t_action
-        row[i["ingress_wait"]] = t_acquired - t_published
-        row[i["ingress_write"]] = t_written - t_acquired
-        self.control[COLLECTOR_PHASE_TICKS] = tick + 1
-        if tick < self.trace_max_ticks:
-            _TRACE.extend(
-                [
-                    ("wait", tick, self.written, t_action),
-                    ("physics", tick, pool_start, pool_end),
-                    ("task", tick, t_action, t_stepped),
-                    ("publish", tick, t_stepped, t_published),
-                    ("ingress", tick, t_published, t_written),
-                ]
-            )
-            if resets:
-                _TRACE.append(("resets", tick, reset_start, reset_end))
-            if eval_span is not None:
-                _TRACE.append(("eval_resets", tick, *eval_span))
-        self.published, self.written = t_published, t_written
-
-
-class WindowRecorder:
-    """Records a window of ticks for a same-trajectory replay: the env's state before the first tick, then
-    every action, every reset (rows and states, automatic or requested), every observation published and
-    every tick's phase durations (the `collector/phases` row the metric rows take their medians of), so the
-    window's mean tick can be split into its phases tick by tick.
-
-    Needs an env with `snapshot()` and a `reset_log` (MujocoNpEnv). Saved as one .npz at the window's end.
-    """
-
-    def __init__(self, env: Any, window: RecordWindow) -> None:
         self.env = env
-        self.window = window
-        self.actions: list[np.ndarray] = []
-        self.obs: list[np.ndarray] = []
-        self.resets: list[tuple[int, np.ndarray, np.ndarray]] = []
-        self.forced: list[tuple[int, np.ndarray]] = []
-        self.phases: list[np.ndarray] = []
-        self.snapshot: dict[str, Any] | None = None
-        self.t0 = self.t1 = 0
-        self.start = window.start_tick if window.start_s is None else None
-        """first tick of the window (None until a start_s window has begun)"""
-        self._clock0: float | None = None
+        self.segment = segment
+        self.control = segment.control
+        self.obs_keys = list(env.spec.obs_dims)
+        self.obs_slot = {k: segment[f"obs/{k}"] for k in self.obs_keys}
+        self.reset_slot = segment["obs/reset_mask"]
+        self.action_slot = segment["action/value"]
+        self.reset_request = segment["action/reset_request"]
+        self.ring = IngressRing(segment, self.obs_keys, ring_slots)
+        self.waiter = Waiter(segment, cfg.spin_us, cfg.poll_s)
+        self.num_ticks = cfg.num_ticks
+        self.parent_pid = cfg.parent_pid
+        self.faults = faults
+        self.trace: list[tuple[str, int, int, int]] = []
+        """(phase, tick, start_ns, end_ns) of the traced ticks, sent with the collector's goodbye"""
+        self.phases = PhaseRecorder(segment, cfg.trace_max_ticks, self.trace)
+        self.recorder = recorder_for(env, cfg.record)
+        self.tick = -1
+        """the tick in progress (for the failure report)"""
+        self.failures_total = 0
+        self.prev_obs: dict[str, np.ndarray] = {}
+        """obs_t of the transition being written (the obs slot already holds obs_{t+1} by then)"""
 
-    def _in_window(self, tick: int) -> bool:
-        return self.start is not None and self.start <= tick < self.start + self.window.ticks
-
-    def before_step(self, tick: int, actions: np.ndarray) -> None:
-        if self.start is None:  # a window by wall clock: starts at the first tick start_s after tick 0
-            now = time.monotonic()
-            if self._clock0 is None:
-                self._clock0 = now
-            if now - self._clock0 >= self.window.start_s:
-                self.start = tick
-        if tick == self.start:
-            self.snapshot = self.env.snapshot()
-            self.env.reset_log = []
-        if self._in_window(tick):
-            self.actions.append(np.array(actions, copy=True))
-
-    def _drain(self, tick: int) -> None:
-        for rows, states in self.env.reset_log or []:
-            self.resets.append((tick, rows, states))
-        if self.env.reset_log is not None:
-            self.env.reset_log.clear()
-
-    def forced_reset(self, tick: int, rows: np.ndarray) -> None:
-        if self._in_window(tick):
-            self.forced.append((tick, np.array(rows, copy=True)))
-
-    def after_step(self, tick: int, obs_slot: dict[str, np.ndarray]) -> None:
-        if self._in_window(tick):
-            self._drain(tick)
-            self.obs.append(np.array(obs_slot["actor"], copy=True))
-            self.t1 = time.perf_counter_ns()  # the window's clock: from the first tick's end to the last one's
-            if tick == self.start:
-                self.t0 = self.t1
-
-    def phases_recorded(self, tick: int, row: np.ndarray) -> None:
-        """The tick's `collector/phases` row (ns, `PHASE_NAMES` order), once `PhaseRecorder.record` wrote it."""
-        if self._in_window(tick):
-            self.phases.append(np.array(row, copy=True))
-
-    def done(self, tick: int) -> bool:
-        return self.start is not None and tick + 1 >= self.start + self.window.ticks
-
-    def save(self) -> None:
-        if self.snapshot is None or not self.actions:
-            return
-        self.env.reset_log = None
-        n = len(self.obs)
-        reset_ticks = np.array([t for t, _, _ in self.resets], dtype=np.int64)
-        reset_counts = np.array([len(r) for _, r, _ in self.resets], dtype=np.int64)
-        nstate = self.snapshot["state"].shape[1]
-        np.savez(
-            self.window.path,
-            start_tick=self.start,
-            actions=np.stack(self.actions[:n]),
-            obs=np.stack(self.obs),
-            reset_ticks=reset_ticks,
-            reset_counts=reset_counts,
-            reset_rows=np.concatenate([r for _, r, _ in self.resets]) if self.resets else np.zeros(0, np.int64),
-            reset_states=np.concatenate([s for _, _, s in self.resets]) if self.resets else np.zeros((0, nstate)),
-            forced_ticks=np.array([t for t, _ in self.forced], dtype=np.int64),
-            forced_rows=np.stack([r for _, r in self.forced]) if self.forced else np.zeros((0, 0), np.int64),
-            in_run_seconds=(self.t1 - self.t0) / 1e9,
-            phases_ns=np.stack(self.phases[:n]) if self.phases else np.zeros((0, len(PHASE_NAMES)), np.int64),
-            phase_names=np.array(PHASE_NAMES),
-            **{f"snapshot/{k}": v for k, v in self.snapshot.items() if k != "rng"},
-            snapshot_rng=np.frombuffer(repr(self.snapshot["rng"]).encode(), dtype=np.uint8),
-        )
-
-
-def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig) -> int:
-    """The tick loop; returns the number of ticks stepped.
-
-    After each physics step the next observations are published first: the learner's
-    inference for tick t+1 starts while this process writes transition t into the
-    ingress ring (the learner ingests it after that inference, waiting for it if needed).
-    """
-    spec = env.spec
-    obs_keys = list(spec.obs_dims)
-    obs_slot = {k: segment[f"obs/{k}"] for k in obs_keys}
-    reset_slot = segment["obs/reset_mask"]
-    action_slot = segment["action/value"]
-    reset_request = segment["action/reset_request"]
-    control = segment.control
-    ring = IngressRing(segment, obs_keys, ring_slots)
-    waiter = Waiter(segment, cfg.spin_us, cfg.poll_s)
-    parent_pid = cfg.parent_pid
-    rng = np.random.default_rng(os.getpid())
-    clock = time.perf_counter_ns
-    phases = PhaseRecorder(segment, cfg.trace_max_ticks)
-    recorder = WindowRecorder(env, cfg.record) if cfg.record is not None else None
-
-    def check() -> None:
-        if control[STOP]:
+    def _check(self) -> None:
+        """Raise `_Stop` when the parent asked to stop or went away (runs inside every blocking wait)."""
+        if self.control[STOP]:
             raise _Stop
-        if os.getppid() != parent_pid:  # re-parented: the learner process is gone
+        if os.getppid() != self.parent_pid:  # re-parented: the learner process is gone
             raise _Stop
 
-    control[COLLECTOR_STATE] = CollectorState.RUNNING
-    state = env.reset()
-    prev_obs = {k: np.array(state.obs[k], dtype=np.float32, copy=True) for k in obs_keys}
-    """obs_t of the transition being written (the obs slot already holds obs_{t+1} by then)"""
-    for k in obs_keys:
-        obs_slot[k][:] = state.obs[k]
-    reset_slot[:] = True
-    phases.start(clock())
-    segment.publish(OBS_TICK, 0)
+    def run(self) -> int:
+        """The tick loop; returns the number of ticks stepped.
 
-    failures_total = 0
-    for tick in range(cfg.num_ticks):
-        _CURRENT_TICK[0] = tick
-        waiter.wait_at_least(ACTION_TICK, tick, check)
-        t_action = clock()
-        policy_version = int(control[ACTION_POLICY_VERSION])
-        if cfg.step_delay_s > 0:
-            time.sleep(rng.uniform(0.0, cfg.step_delay_s))
-        if recorder is not None:
-            recorder.before_step(tick, action_slot)
-        state = env.step(action_slot)
-        t_stepped = clock()
+        After each physics step the next observations are published first: the learner's
+        inference for tick t+1 starts while this process writes transition t into the
+        ingress ring (the learner ingests it after that inference, waiting for it if needed).
+        """
+        self._publish_first_obs()
+        for tick in range(self.num_ticks):
+            self.tick = tick
+            self._tick(tick)
+        self.recorder.save()
+        # Leave only once the learner released every transition: none is in flight at exit.
+        self.waiter.wait_at_least(CONSUMED, self.num_ticks, self._check)
+        self.control[COLLECTOR_STATE] = CollectorState.EXITED
+        return self.num_ticks
+
+    def _publish_first_obs(self) -> None:
+        """Reset the env and publish its first observations as tick 0's, every row flagged as reset."""
+        self.control[COLLECTOR_STATE] = CollectorState.RUNNING
+        state = self.env.reset()
+        self.prev_obs = {k: np.array(state.obs[k], dtype=np.float32, copy=True) for k in self.obs_keys}
+        for k in self.obs_keys:
+            self.obs_slot[k][:] = state.obs[k]
+        self.reset_slot[:] = True
+        self.phases.start(time.perf_counter_ns())
+        self.segment.publish(OBS_TICK, 0)
+
+    def _tick(self, tick: int) -> None:
+        """One tick, as in docs/design.md; the last one publishes no observations (no tick follows)."""
+        clock = time.perf_counter_ns
+        times = TickTimes()
+        # wait for the action slot of tick t
+        self.waiter.wait_at_least(ACTION_TICK, tick, self._check)
+        times.action = clock()
+        policy_version = int(self.control[ACTION_POLICY_VERSION])
+        # step physics with actions_t
+        self.faults.before_step()
+        self.recorder.before_step(tick, self.action_slot)
+        state = self.env.step(self.action_slot)
+        times.stepped = clock()
         done = state.terminated | state.truncated  # (`reward` and `info` may still be pending: read after the publish)
-
-        last = tick + 1 == cfg.num_ticks
-        eval_span = None
+        last = tick + 1 == self.num_ticks
+        # publish obs_{t+1}, with the rows the learner asked to reset already reset
         if not last:
-            for k in obs_keys:
-                obs_slot[k][:] = state.obs[k]
-            reset_slot[:] = done
-            if control[RESET_REQUEST_TICK] == tick:  # rows the learner wants fresh (a snapshot evaluation starts)
-                t_eval = clock()
-                rows = np.flatnonzero(reset_request)
-                first_obs = env.reset_rows(rows)
-                for k in obs_keys:
-                    obs_slot[k][rows] = first_obs[k]
-                reset_slot[rows] = True
-                eval_span = (t_eval, clock())
-                if recorder is not None:
-                    recorder.forced_reset(tick, rows)
-            if recorder is not None:
-                recorder.after_step(tick, obs_slot)
-            segment.publish(OBS_TICK, tick + 1)
-        t_published = clock()
+            times.eval_span = self._publish_next_obs(tick, state, done)
+        times.published = clock()
+        # finish step t's deferred rewards and write transition t into the next free ingress slot
+        slot = self.ring.acquire_for_write(self.waiter, self._check)
+        times.acquired = clock()
+        self._write_transition(slot, tick, state, done, policy_version)
+        if not last:  # the observations just published are obs_t of the next transition
+            for k in self.obs_keys:
+                self.prev_obs[k][:] = self.obs_slot[k]
+        times.written = clock()
+        # metering and recording
+        times.env_timing = getattr(self.env, "last_step_timing", None)
+        row = self.phases.record(tick, times)
+        if self.recorder.tick_done(tick, row):
+            self.recorder = NoRecording()
 
-        slot = ring.acquire_for_write(waiter, check)
-        t_acquired = clock()
+    def _publish_next_obs(self, tick: int, state: Any, done: np.ndarray) -> tuple[int, int] | None:
+        """Write obs_{t+1} and the reset mask, reset the requested rows, publish; returns those resets' span."""
+        clock = time.perf_counter_ns
+        for k in self.obs_keys:
+            self.obs_slot[k][:] = state.obs[k]
+        self.reset_slot[:] = done
+        eval_span = None
+        if self.control[RESET_REQUEST_TICK] == tick:  # rows the learner wants fresh (a snapshot evaluation starts)
+            t_eval = clock()
+            rows = np.flatnonzero(self.reset_request)
+            first_obs = self.env.reset_rows(rows)
+            for k in self.obs_keys:
+                self.obs_slot[k][rows] = first_obs[k]
+            self.reset_slot[rows] = True
+            eval_span = (t_eval, clock())
+            self.recorder.forced_reset(tick, rows)
+        self.recorder.after_step(tick, self.obs_slot)
+        self.segment.publish(OBS_TICK, tick + 1)
+        return eval_span
+
+    def _write_transition(self, slot: Any, tick: int, state: Any, done: np.ndarray, policy_version: int) -> None:
+        """Finish the step's deferred rewards, fill the ingress slot with transition t and commit it."""
         failures = int(state.info.get("physics_failures", 0))  # finishes a step's deferred rewards
-        failures_total += failures
-        for k in obs_keys:
-            slot.obs[k][:] = prev_obs[k]
+        self.failures_total += failures
+        for k in self.obs_keys:
+            slot.obs[k][:] = self.prev_obs[k]
             slot.next_obs[k][:] = state.info["final_obs"][k]
         slot.reward[:] = state.reward
         slot.terminated[:] = state.terminated
@@ -500,55 +415,6 @@ def _run(env: Any, segment: SharedSegment, ring_slots: int, cfg: CollectorConfig
         header[HEADER_POLICY_VERSION] = policy_version
         header[HEADER_PHYSICS_FAILURES] = failures
         header[HEADER_NUM_DONE] = int(done.sum())
-        ring.commit(wake=True)  # the learner may be waiting for it (it ingests right after its inference)
-        control[PHYSICS_FAILURES] = failures_total
-        control[COLLECTOR_HEARTBEAT_NS] = time.monotonic_ns()
-        if not last:
-            for k in obs_keys:
-                prev_obs[k][:] = obs_slot[k]
-        t_written = clock()
-        phases.record(
-            tick, t_action, t_stepped, getattr(env, "last_step_timing", None), eval_span, t_published, t_acquired,
-            t_written,
-        )  # fmt: skip
-        if recorder is not None:
-            recorder.phases_recorded(tick, phases.ring[tick % PHASE_RING])
-            if recorder.done(tick):
-                recorder.save()
-                recorder = None
-    if recorder is not None:
-        recorder.save()
-    # Leave only once the learner released every transition: none is in flight at exit.
-    waiter.wait_at_least(CONSUMED, cfg.num_ticks, check)
-    control[COLLECTOR_STATE] = CollectorState.EXITED
-    return cfg.num_ticks
-
-
-class FaultInjectingEnv:
-    """Wraps the env so that its `step` raises or hangs at a given tick (runtime.fault.*)."""
-
-    def __init__(self, env: Any, raise_at_tick: int, hang_at_tick: int) -> None:
-        self.env = env
-        self.spec = env.spec
-        self.pool = getattr(env, "pool", None)
-        self.raise_at_tick = raise_at_tick
-        self.hang_at_tick = hang_at_tick
-        self.steps = 0
-
-    def reset(self) -> Any:
-        return self.env.reset()
-
-    def reset_rows(self, rows: Any) -> Any:
-        return self.env.reset_rows(rows)
-
-    def step(self, actions: Any) -> Any:
-        tick, self.steps = self.steps, self.steps + 1
-        if tick == self.raise_at_tick:
-            raise InjectedFault(f"injected fault in env.step (runtime.fault.collector_raise_at_tick={tick})")
-        if tick == self.hang_at_tick:
-            while True:  # a physics step that never returns
-                time.sleep(3600)
-        return self.env.step(actions)
-
-    def close(self) -> None:
-        self.env.close()
+        self.ring.commit(wake=True)  # the learner may be waiting for it (it ingests right after its inference)
+        self.control[PHYSICS_FAILURES] = self.failures_total
+        self.control[COLLECTOR_HEARTBEAT_NS] = time.monotonic_ns()

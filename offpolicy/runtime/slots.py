@@ -96,7 +96,7 @@ PHASE_NAMES = (
     "ingress_wait",
     "ingress_write",
 )
-"""per-tick phases of the collector (offpolicy.runtime.collector.PhaseRecorder), in nanoseconds"""
+"""per-tick phases of the collector (offpolicy.runtime.collector_phases.PhaseRecorder), in nanoseconds"""
 PHASE_RING = 1024
 """rows of the collector's phase ring (tick % PHASE_RING)"""
 _NUM_COUNTERS = 16
