@@ -47,7 +47,7 @@ ACTOR_FIELDS = (
     ("local_linvel", 3), ("gyro", 3), ("gravity", 3), ("joint_pos", 12), ("joint_vel", 12), ("last_act", 12),
     ("command", 3),
 )  # fmt: skip
-DEFAULT_OUT = Path("benchmark/outputs/go1_parity/go1_parity.json")
+DEFAULT_OUT = Path("benchmark/outputs/checks/go1_parity.json")
 
 
 # --- comparison helpers (pure numpy, both sides) ----------------------------------------------------------
