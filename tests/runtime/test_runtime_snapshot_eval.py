@@ -97,7 +97,7 @@ def test_each_evaluation_runs_one_frozen_snapshot_over_complete_fresh_episodes(r
     runner = run_in_process(cfg, run_dir, algorithm_factory=factory)
     algo, learner = holder["algo"], runner.learner
     rec = dict(np.load(record))
-    history = learner.eval_history
+    history = learner.evals.history
     assert len(history) >= 4, "a snapshot every 15 ticks, each needing at most 1 + 2 x 6 ticks"
     assert algo.live_act_calls == 0, "evaluation rows never act with the live actor"
     versions = learner.tick_versions
