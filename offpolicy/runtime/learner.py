@@ -8,6 +8,12 @@ Per tick t (docs/design.md, "One tick"):
     ingest     transition t-1 from the ingress ring into replay, release its slot
     update     the update phase (k updates); policy_version += 1 at its end
 
+`Learner.run` is that protocol and nothing more; what is not the protocol lives in collaborators it
+calls at named points: `LearnerMeter` (`offpolicy.runtime.metering`: phase, stage and warm-up timings,
+the `perf/*` metrics), `SnapshotEvals` (`offpolicy.runtime.snapshot_eval`: when a snapshot evaluation
+starts, what it counts) and `LearnerFaults` (test hooks; `NoFaults` by default). `num_envs` counts the
+training rows; `slot_rows` all rows of the slots (the training rows, then the evaluation rows).
+
 Everything runs in this one thread on one stream, so inference never overlaps an
 update phase and each tick's actions come from one complete parameter state (the
 timeline proves the first, `tick_versions` and the ingress headers the second).

@@ -23,7 +23,8 @@ only its fall) and `fall_fraction`, the fraction of episodes that terminated
 rather than reaching their time limit (`eval/lin_vel_error`, ...). Other tasks
 report nothing more.
 
-When to take one (`EvalSchedule`): every `eval.interval_s` seconds of the training
+The learner's side of it is `SnapshotEvals`: the schedule, the evaluation running, and the finished
+results the runner logs. When to take one (`EvalSchedule`): every `eval.interval_s` seconds of the training
 loop and/or every `eval.interval_env_steps` env steps, and always at the
 `eval.at_seconds` marks. One evaluation runs at a time on the eval rows; a regular
 point whose evaluation would not finish before the next mark (or the wall-clock
