@@ -251,7 +251,7 @@ def log_to_wandb(cfg: DictConfig, result: dict[str, Any], out_dir: Path) -> None
         tags=list(logger_cfg.get("tags") or []),
         config={k: v for k, v in result.items() if not isinstance(v, list)},
         dir=str(out_dir),
-        mode=wandb_mode(logger_cfg)[0],
+        mode=wandb_mode(logger_cfg.get("mode", "auto"))[0],
     )
     metrics: dict[str, Any] = {
         "eval/return": result["return_mean"],

@@ -19,6 +19,7 @@ the run later. A fresh machine therefore needs no account and no network.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -34,7 +35,9 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
+
+from offpolicy.config import LoggerConfig, RunConfig, WandbLoggerConfig
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +132,13 @@ def wandb_has_credentials() -> bool:
     return False
 
 
-def wandb_mode(logger_cfg: Any) -> tuple[str, str]:
-    """(mode, why): WANDB_MODE, else logger.mode unless auto, else online with credentials, else offline."""
+def wandb_mode(configured: str = "auto") -> tuple[str, str]:
+    """(mode, why): WANDB_MODE, else `logger.mode` (`configured`) unless auto, else online with credentials,
+    else offline."""
     env_mode = os.environ.get("WANDB_MODE")
     if env_mode:
         return env_mode, "WANDB_MODE"
-    mode = str(logger_cfg.get("mode", "auto") or "auto")
+    mode = str(configured or "auto")
     if mode != "auto":
         return mode, "logger.mode"
     if wandb_has_credentials():
@@ -142,32 +146,38 @@ def wandb_mode(logger_cfg: Any) -> tuple[str, str]:
     return "offline", "no W&B credentials (WANDB_API_KEY or ~/.netrc)"
 
 
-def wandb_init_kwargs(cfg: DictConfig, run_dir: Path, context: RunContext | None) -> dict[str, Any]:
+def wandb_init_kwargs(config: RunConfig, run_dir: Path, context: RunContext | None) -> dict[str, Any]:
     """Everything `wandb.init` gets except mode and settings (pure: tests check it without wandb)."""
-    logger_cfg = cfg.get("logger") or {}
-    algo = OmegaConf.select(cfg, "algo.name", default="algo")
-    env = OmegaConf.select(cfg, "env.name", default="env")
-    experiment = logger_cfg.get("experiment") or cfg.get("experiment") or "default"
-    seed = cfg.get("seed", 0)
-    group = logger_cfg.get("group") or f"{env}-{algo}-{experiment}"
-    name = f"{env}-{algo}-seed{seed}"
-    tags = [*list(logger_cfg.get("tags") or []), str(env), str(algo)]
+    logger: WandbLoggerConfig = config.logger
+    algo = (config.algo.get("name") if config.algo is not None else None) or "algo"
+    env = config.env.name
+    experiment = logger.experiment or config.experiment or "default"
+    group = logger.group or f"{env}-{algo}-{experiment}"
+    name = f"{env}-{algo}-seed{config.seed}"
+    tags = [*list(logger.tags or []), str(env), str(algo)]
     sweep_id = context.sweep_id if context is not None else None
     if sweep_id is not None:
-        if not logger_cfg.get("group"):
+        if not logger.group:
             group = f"{group}-{sweep_id}"  # one group per (env, algo, experiment) within each sweep
         name = f"{name}-job{context.job_num}"
         tags.append(f"sweep-{sweep_id}")
     return {
-        "project": logger_cfg.get("project") or "offpolicy",
-        "entity": logger_cfg.get("entity"),
+        "project": logger.project or "offpolicy",
+        "entity": logger.entity,
         "group": group,
         "name": name,
         "tags": [t[:64] for t in dict.fromkeys(tags)],
         "job_type": "train",
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": _resolved(config),
         "dir": str(run_dir),
     }
+
+
+def _resolved(config: RunConfig) -> dict[str, Any]:
+    """The run's composed config with its interpolations resolved (the typed one where none was composed)."""
+    if config.source is not None:
+        return OmegaConf.to_container(config.source, resolve=True)
+    return dataclasses.asdict(config)
 
 
 def _reinit_value(wandb: Any) -> Any:
@@ -182,22 +192,20 @@ def _reinit_value(wandb: Any) -> Any:
 class MetricsLogger:
     """Writes each log point to metrics.jsonl and metrics.csv and forwards it to W&B when enabled."""
 
-    def __init__(self, run_dir: str | Path, cfg: DictConfig, context: RunContext | None = None) -> None:
+    def __init__(self, run_dir: str | Path, config: RunConfig, context: RunContext | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
         self.csv_path = self.run_dir / "metrics.csv"
         self._file = self.path.open("a", buffering=1)
         self._columns, self._rows = _read_csv(self.csv_path)  # a resumed run keeps its earlier rows
-        logger_cfg = cfg.get("logger") or {}
-        self.kind = str(logger_cfg.get("name", "none"))
-        if self.kind not in ("none", "wandb"):
-            raise ValueError(f"logger.name must be 'none' or 'wandb', got {self.kind!r}")
-        total = OmegaConf.select(cfg, "train.total_env_steps", default=None)
+        logger = config.logger if config.logger is not None else LoggerConfig()
+        self.kind = logger.name
+        total = config.train.total_env_steps
         self.console = Progress(
             total_env_steps=int(total) if total is not None else None,
-            mode=str(logger_cfg.get("console", "auto") or "auto"),
-            interval_s=float(logger_cfg.get("console_interval_s", 30.0) or 30.0),
+            mode=logger.console,
+            interval_s=float(logger.console_interval_s),
         )
         self.commit = git_commit(Path(__file__).parent)
         self.info: dict[str, Any] = {
@@ -215,16 +223,16 @@ class MetricsLogger:
         self.sync_dir: str | None = None
         """an offline W&B run's folder, for the `wandb sync` reminder at the end"""
         if self.kind == "wandb":
-            self._wandb_run = self._start_wandb(cfg, logger_cfg, context)
+            self._wandb_run = self._start_wandb(config, context)
         (self.run_dir / "run_info.json").write_text(json.dumps(self.info, indent=1))
 
-    def _start_wandb(self, cfg: DictConfig, logger_cfg: Any, context: RunContext | None) -> Any:
+    def _start_wandb(self, config: RunConfig, context: RunContext | None) -> Any:
         try:
             import wandb
         except ImportError as exc:
             raise RuntimeError("logger=wandb needs the wandb package (pip install wandb), or use logger=none") from exc
-        mode, why = wandb_mode(logger_cfg)
-        kwargs = wandb_init_kwargs(cfg, self.run_dir, context)
+        mode, why = wandb_mode(config.logger.mode)
+        kwargs = wandb_init_kwargs(config, self.run_dir, context)
         settings: dict[str, Any] = {"quiet": True}
         if self.commit != "unknown":
             settings["git_commit"] = self.commit

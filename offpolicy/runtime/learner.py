@@ -8,6 +8,12 @@ Per tick t (docs/design.md, "One tick"):
     ingest     transition t-1 from the ingress ring into replay, release its slot
     update     the update phase (k updates); policy_version += 1 at its end
 
+`Learner.run` is that protocol and nothing more; what is not the protocol lives in collaborators it
+calls at named points: `LearnerMeter` (`offpolicy.runtime.metering`: phase, stage and warm-up timings,
+the `perf/*` metrics), `SnapshotEvals` (`offpolicy.runtime.snapshot_eval`: when a snapshot evaluation
+starts, what it counts) and `LearnerFaults` (test hooks; `NoFaults` by default). `num_envs` counts the
+training rows; `slot_rows` all rows of the slots (the training rows, then the evaluation rows).
+
 Everything runs in this one thread on one stream, so inference never overlaps an
 update phase and each tick's actions come from one complete parameter state (the
 timeline proves the first, `tick_versions` and the ingress headers the second).
@@ -54,31 +60,30 @@ from offpolicy.config import EvalConfig
 from offpolicy.replay_buffer import ReplayBuffer
 from offpolicy.runtime.collector_process import CollectorProcess, RunFailure
 from offpolicy.runtime.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
+from offpolicy.runtime.metering import (
+    ACTION_COPY,
+    EVAL,
+    H2D,
+    INFERENCE_STAGES,
+    POLICY,
+    POST,
+    LearnerMeter,
+    StageMarks,
+    ingress_counters,
+    ring_counters,
+)
 from offpolicy.runtime.slots import (
     ACTION_POLICY_VERSION,
     ACTION_TICK,
-    COLLECTOR_PHASE_TICKS,
     OBS_TICK,
-    PHASE_NAMES,
-    PHASE_RING,
     PRODUCED,
     RESET_REQUEST_TICK,
     SharedSegment,
     Waiter,
 )
-from offpolicy.runtime.snapshot_eval import EvalSchedule, SnapshotEval
+from offpolicy.runtime.snapshot_eval import SnapshotEvals
 from offpolicy.runtime.timeline import Timeline
 
-INFERENCE_STAGES = ("h2d", "policy", "eval", "post", "action_copy", "publish")
-"""Host-side stages of one inference tick (`perf/inference_<stage>_ms`, medians per metric row): `h2d`
-issuing the observation copies, `policy` the training rows' actions (`explore`, or the random warm-up
-draw), `eval` the snapshot actor's for the evaluation rows, `post` the finite check, the kept copy and the
-scaling, `action_copy` the device -> action-slot copy (on CUDA it waits until all the work before it ran,
-an update phase still running included: `perf/inference_behind_update_fraction` counts those ticks), and
-`publish` stamping and publishing the slot. On CUDA the first four only launch work, so a slow device
-shows in `action_copy` and a slow host in the others."""
-STAGE_RING = 1024
-"""inference ticks whose stage durations are kept for the next metric row"""
 SAFE_POINT_GRACE_S = (0.5, 10.0)
 """bounds of how long the watchdog waits for the learner's next safe point: twice the last update phase's
 time per update, so a slow CPU update still ends between two updates, within these bounds"""
@@ -92,6 +97,8 @@ INGESTING = "while the learner ingested a transition"
 UPDATING = "during the learner's update phase"
 WARMING_UP = "during the learner's first update phase (compile and CUDA-graph warm-up)"
 BETWEEN_TICKS = "while the learner logged metrics or wrote a checkpoint between ticks"
+
+__all__ = ["INFERENCE_STAGES", "Learner", "LearnerFaults", "NoFaults", "TickGraph"]
 
 
 class TickGraph:
@@ -207,17 +214,51 @@ class TickOptions:
     tick_graph: bool = False
 
 
+class NoFaults:
+    """The learner's fault hooks, called at three points of the loop; this default injects nothing."""
+
+    def at_tick(self, tick: int) -> None:
+        """After the wait for tick `tick`'s observations."""
+
+    def before_update(self, tick: int) -> None:
+        """Inside tick `tick`'s update phase, before the algorithm's updates."""
+
+    def after_last(self, tick: int) -> None:
+        """After the last transition was ingested (`tick` is the tick count)."""
+
+
 @dataclass(frozen=True)
-class LearnerFaults:
-    """Test hooks (`runtime.fault.learner_*`): raise at a tick; sleep in one tick's update phase."""
+class LearnerFaults(NoFaults):
+    """Test hooks (`runtime.fault.learner_*`): raise at a tick; sleep in one tick's update phase (or, for
+    the tick count, after the last transition)."""
 
     raise_at_tick: int = -1
     sleep_at_tick: int = -1
     sleep_s: float = 0.0
 
+    def at_tick(self, tick: int) -> None:
+        """Raise `InjectedLearnerFault` at `raise_at_tick`."""
+        if tick == self.raise_at_tick:
+            raise InjectedLearnerFault(f"injected fault (runtime.fault.learner_raise_at_tick={tick})")
+
+    def before_update(self, tick: int) -> None:
+        """Sleep `sleep_s` in the update phase of `sleep_at_tick` (a deliberately long learner phase)."""
+        if tick == self.sleep_at_tick:
+            time.sleep(self.sleep_s)
+
+    def after_last(self, tick: int) -> None:
+        """Sleep `sleep_s` after the last transition when `sleep_at_tick` is the tick count."""
+        if tick == self.sleep_at_tick:
+            time.sleep(self.sleep_s)
+
 
 class Learner:
-    """Runs the tick loop against a collector through the shared segment."""
+    """Runs the tick loop against a collector through the shared segment.
+
+    `run` is the protocol (docs/design.md, "One tick"); what is not the protocol lives in collaborators
+    it calls at named points: `meter` (`LearnerMeter`: timings and the `perf/*` rows), `evals`
+    (`SnapshotEvals`: the snapshot evaluations on the eval rows) and `faults` (`LearnerFaults`: test hooks).
+    """
 
     def __init__(
         self,
@@ -229,7 +270,7 @@ class Learner:
         timeline: Timeline,
         evaluation: EvalRows,
         options: TickOptions,
-        faults: LearnerFaults,
+        faults: NoFaults | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.replay = replay
@@ -243,9 +284,10 @@ class Learner:
         self.num_ticks = int(plan.num_ticks)
         self.updates_per_step = int(plan.updates_per_step)
         self.learning_starts = int(plan.learning_starts)
-        self.raise_at_tick = int(faults.raise_at_tick)
-        self.sleep_at_tick, self.sleep_s = int(faults.sleep_at_tick), float(faults.sleep_s)
-        """test hook: the update phase of this tick sleeps this long (a deliberately long learner phase)"""
+        self.faults = faults if faults is not None else NoFaults()
+        """test hooks at three points of the loop (`runtime.fault.learner_*`)"""
+        self.meter = LearnerMeter(link.segment, device)
+        """phase, stage and warm-up timings, and the `perf/*` metrics"""
         self.keep_awake_us = float(options.keep_awake_us) if device.type == "cuda" else 0.0
         """CUDA: spin through the observation wait, launching a tiny kernel this often once the device idles"""
         self._awake_scalar = torch.zeros(1, device=device) if self.keep_awake_us > 0 else None
@@ -254,31 +296,25 @@ class Learner:
         self._init_stopping()
         self._init_rows(link.spec, evaluation, plan)
         self._init_counters(plan)
-        self._init_metering()
         self._init_views(options)
 
     def _init_rows(self, spec: Any, evaluation: EvalRows, plan: TrainPlan) -> None:
-        """Training and evaluation rows, and the snapshot evaluations' schedule."""
-        self.num_envs = spec.num_envs
+        """Training and evaluation rows, and the snapshot evaluations on the latter."""
+        self.slot_rows = spec.num_envs
         """rows of the obs/action slots: training rows, then evaluation rows"""
         self.num_eval_envs = int(evaluation.num_envs)
-        self.num_train_envs = self.num_envs - self.num_eval_envs
-        """rows whose transitions go to replay (the algorithm's per-env state has this many)"""
-        if self.num_train_envs < 1 or self.num_eval_envs < 0:
+        self.num_envs = self.slot_rows - self.num_eval_envs
+        """training rows: their transitions go to replay (the algorithm's per-env state has this many)"""
+        if self.num_envs < 1 or self.num_eval_envs < 0:
             raise ValueError(
-                f"eval_envs={evaluation.num_envs} must be in [0, {self.num_envs - 1}] for {self.num_envs} env rows"
+                f"eval_envs={evaluation.num_envs} must be in [0, {self.slot_rows - 1}] for {self.slot_rows} env rows"
             )
         self.obs_keys = list(spec.obs_dims)
         self.start_env_steps = int(plan.start_env_steps)
         """training env steps before this run's first tick (a resumed run's)"""
-        self.eval_settings = evaluation.settings or EvalConfig(num_envs=self.num_eval_envs, interval_s=None)
-        self.eval_schedule = EvalSchedule(self.eval_settings, plan.max_seconds)
-        self.current_eval: SnapshotEval | None = None
-        """the snapshot evaluation running on the eval rows, if any"""
-        self.eval_results: list[dict[str, Any]] = []
-        """finished snapshot evaluations not yet logged (the runner logs and clears them)"""
-        self.eval_history: list[dict[str, Any]] = []
-        """every finished snapshot evaluation of this run (summary, tests)"""
+        settings = evaluation.settings or EvalConfig(num_envs=self.num_eval_envs, interval_s=None)
+        self.evals = SnapshotEvals(settings, self.num_eval_envs, plan.max_seconds, spec)
+        """the snapshot evaluations on the eval rows (the runner logs their results)"""
 
     def _init_stopping(self) -> None:
         """Where the learner is and how a stop reaches it."""
@@ -292,6 +328,8 @@ class Learner:
             self.algorithm.stop_between_updates = self.safe_stop
         self._update_s = 0.0
         """host seconds per update of the last update phase (sizes `safe_point_grace_s`)"""
+        self.stop_signal: int | None = None
+        """set by `request_stop`: the loop leaves at the next tick boundary or wait"""
 
     def _init_counters(self, plan: TrainPlan) -> None:
         """Budgets, RNG and the counters the summary and checkpoints read."""
@@ -300,14 +338,13 @@ class Learner:
         """(event, pinned host copy) of the algorithm's non-finite streak after the last update phase"""
         self._nonfinite_actions = torch.zeros((), dtype=torch.int64, device=self.device)
         """rows whose action had a non-finite entry (device counter, read at log time)"""
-        self.stop_signal: int | None = None
-        """set by `request_stop`: the loop leaves at the next tick boundary or wait"""
         self._loop_start = time.monotonic()
+        self._tick_start = self._loop_start
         self._tick_s = 0.0
         """recent seconds per tick (exponential average; sizes the first evaluation's duration)"""
         self.max_seconds = plan.max_seconds
         """wall-clock budget of the tick loop (None: none); the run then ends early, cleanly"""
-        self.random_ticks = -(-self.learning_starts // self.num_train_envs)
+        self.random_ticks = -(-self.learning_starts // self.num_envs)
         """ticks of uniform-random actions (train.learning_starts env steps), drawn here without the actor"""
         self._generator = torch.Generator(device=self.device).manual_seed(plan.seed)
         self._observe = getattr(self.algorithm, "observe", None)
@@ -315,7 +352,6 @@ class Learner:
         """ticks whose transition reached replay"""
         self.final_counters: dict[str, int] = {}
         """ingress counters read when the views were released (summary)"""
-
         self.policy_version = 0
         """advances by one at the end of every update phase, never elsewhere"""
         self._versions = array("q")
@@ -332,32 +368,6 @@ class Learner:
         self.dropped_transitions = 0
         """training transitions of failed physics steps kept out of replay"""
 
-    def _init_metering(self) -> None:
-        """Phase and stage timings for the metric rows."""
-        self.busy_s = {"inference": 0.0, "ingest": 0.0, "update": 0.0}
-        """seconds spent in each phase: host wall clock (perf_counter, never a device sync), except the
-        update phase on CUDA, which is launched asynchronously and runs while the collector steps physics:
-        its device time is read from CUDA events once they completed (`_collect_update_events`)"""
-        self.ingest_split_s = {"wait": 0.0, "sync": 0.0}
-        """host seconds of ingest's two waits: for the collector's commit of the transition (its ingress
-        write, rewards included), and for the device after the copies into replay (CUDA only)"""
-        self._update_events: list[tuple[Any, Any]] = []
-        """(start, end) CUDA events of update phases whose device time is not yet counted"""
-        self.inference_ticks = 0
-        self._stage_ns = np.zeros((STAGE_RING, len(INFERENCE_STAGES) + 1), dtype=np.int64)
-        """per tick: host nanoseconds of each inference stage, then 1 if an update phase was still
-        running on the device when the tick began (ring of the last STAGE_RING ticks)"""
-        self._stages_read = 0
-        """inference ticks whose stages went into a metric row already"""
-        self.warmup_s: dict[str, float] = {}
-        """host seconds of the first inference tick, the first with the policy's own actions and the
-        first update phase: these calls compile and capture (`first_*` keys)"""
-        self._interval = (time.perf_counter(), 0, 0.0, dict(self.busy_s), 0)
-        """metrics() rates since the last row: (t, updates, busy s, busy s per phase, inference ticks)"""
-        self._ingest_split_prev = dict(self.ingest_split_s)
-        self._phases_read = 0
-        """collector ticks whose phase durations went into a metric row already"""
-
     def _init_views(self, options: TickOptions) -> None:
         """Views of the slots and the device tensors of the inference tick."""
         segment, spec, device, algorithm = self.segment, self.spec, self.device, self.algorithm
@@ -367,7 +377,7 @@ class Learner:
         self._action_np = segment["action/value"]
         reset_request = segment["action/reset_request"]
         reset_request[:] = False
-        reset_request[self.num_train_envs :] = True  # only evaluation rows are ever reset on request
+        reset_request[self.num_envs :] = True  # only evaluation rows are ever reset on request
         self._obs_host = {k: torch.from_numpy(v) for k, v in self._obs_np.items()}
         self._reset_host = torch.from_numpy(self._reset_np)
         self._action_host = torch.from_numpy(self._action_np)
@@ -377,7 +387,7 @@ class Learner:
         self._action_mid = (high + low) / 2
         self._action_half = (high - low) / 2
         # Normalised actions of the last two ticks stay on the device until their transition is ingested.
-        self._tick_actions = torch.zeros(2, self.num_envs, spec.action_dim, device=device)
+        self._tick_actions = torch.zeros(2, self.slot_rows, spec.action_dim, device=device)
         self._nonblocking = device.type == "cuda"
         self.tick_graph_wanted = (
             bool(options.tick_graph) and device.type == "cuda" and hasattr(algorithm, "explore_in_graph")
@@ -390,7 +400,76 @@ class Learner:
         """`learner.actor`: the only actor of the run (it lives in the algorithm)."""
         return self.algorithm.actor
 
-    # --- phases -----------------------------------------------------------------------
+    # --- loop --------------------------------------------------------------------------
+    def run(self, on_tick: Any = None) -> bool:
+        """All ticks, then the last transition; `on_tick(tick)` runs after each tick (logging).
+
+        Returns False when `max_seconds` cut the run short: the transitions of the
+        last tick or two are then accounted as in flight (the collector is stopped).
+        """
+        tl = self.timeline
+        deadline = self._start_loop()
+        for tick in range(self.num_ticks):
+            self.tick = tick
+            self._tick_boundary()  # a requested stop, or the collector's failure, leaves here
+            with tl.phase("wait", tick):
+                self.wait_for_obs(tick)  # obs_t is in the slot
+            self.faults.at_tick(tick)
+            self._maybe_start_eval(tick)
+            self.activity = INFERRING
+            with tl.phase("inference", tick, policy_version=self.policy_version):
+                self.inference(tick)  # actions_t in the slot, stamped with policy_version, published
+            if tick > 0:
+                with tl.phase("ingest", tick, transition=tick - 1):
+                    self.ingest(tick - 1)  # transition t-1 into replay, its ingress slot released
+            if self.learning:
+                with tl.phase("update", tick, policy_version=self.policy_version):
+                    self.update()  # policy_version advances here, never elsewhere
+                tl.annotate_last(new_policy_version=self.policy_version)
+            if on_tick is not None:
+                self.activity = BETWEEN_TICKS
+                on_tick(tick)
+            if self._end_tick(tick, deadline):
+                return False
+        self._ingest_last()
+        return True
+
+    def _start_loop(self) -> float | None:
+        """Start the loop's clocks; the wall-clock deadline (None: none)."""
+        if self.num_eval_envs:  # idle eval rows act with a snapshot too (their episodes count only in evaluations)
+            self.algorithm.snapshot_actor()
+        self._loop_start = time.monotonic()
+        deadline = None if self.max_seconds is None else self._loop_start + float(self.max_seconds)
+        self.meter.start_loop(self.updates_done)
+        self._tick_start = time.monotonic()
+        return deadline
+
+    def _tick_boundary(self) -> None:
+        """Between two ticks: a requested stop raises `StopRequested`; a failed collector its failure."""
+        if self.stop_signal is not None:
+            raise StopRequested(self.stop_signal)
+        self.safe_point()
+
+    def _end_tick(self, tick: int, deadline: float | None) -> bool:
+        """Time the tick; whether the wall-clock budget ends the loop before the next one."""
+        now = time.monotonic()
+        elapsed, self._tick_start = now - self._tick_start, now
+        self._tick_s = elapsed if tick < 2 else 0.95 * self._tick_s + 0.05 * elapsed
+        return deadline is not None and now > deadline and tick + 1 < self.num_ticks
+
+    def _ingest_last(self) -> None:
+        """Wait for the last tick's transition and ingest it."""
+        tl, last = self.timeline, self.num_ticks - 1
+        self.tick = self.num_ticks
+        with tl.phase("wait", self.num_ticks):
+            self.activity = WAITING_FOR_TRANSITION
+            self.collector.arm_deadline(last)
+            self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.check)
+        with tl.phase("ingest", self.num_ticks, transition=last):
+            self.ingest(last)
+        self.faults.after_last(self.tick)
+
+    # --- waits and stops -----------------------------------------------------------------
     def wait_for_obs(self, tick: int) -> None:
         """Block until the collector published obs of `tick` (collector health-checked)."""
         self.activity = WAITING_FOR_OBS
@@ -427,47 +506,43 @@ class Learner:
         """Ask the loop to stop at the next tick boundary or wait (signal handlers call this)."""
         self.stop_signal = signum
 
+    # --- inference -----------------------------------------------------------------------
     @torch.no_grad()
     def inference(self, tick: int) -> None:
         """obs slot -> device -> actor -> env-unit actions in the action slot, stamped and published."""
-        clock = time.perf_counter_ns
-        marks = self._stage_ns[self.inference_ticks % STAGE_RING]
-        t0 = time.perf_counter()
-        last = clock()
+        marks = self.meter.start_inference()
         end = self._last_update_end
-        marks[-1] = end is not None and not end.query()
+        marks.behind_update(end is not None and not end.query())
         if self.tick_graph_wanted and tick > self.random_ticks:
-            self._graph_inference(tick, t0, marks, last)
+            self._graph_inference(tick, marks)
             return
         nb = self._nonblocking
         obs = {k: v.to(self.device, non_blocking=nb) for k, v in self._obs_host.items()}
         reset_mask = self._reset_host.to(self.device, non_blocking=nb)
-        now = clock()
-        marks[0], last = now - last, now
-        n = self.num_train_envs
+        marks.mark(H2D)
+        n = self.num_envs
         if self.num_eval_envs:  # views, no copies: training rows first, evaluation rows last
             eval_obs = {k: v[n:] for k, v in obs.items()}
             obs, reset_mask = {k: v[:n] for k, v in obs.items()}, reset_mask[:n]
-        if tick < self.random_ticks:
-            shape = (n, self.spec.action_dim)
-            action = torch.rand(shape, device=self.device, generator=self._generator) * 2 - 1
-        else:
-            if tick == self.random_ticks and tick > 0:
-                reset_mask = torch.ones_like(reset_mask)  # exploration state starts fresh after the random phase
-            action = self.algorithm.explore(obs, reset_mask)
-        now = clock()
-        marks[1], last = now - last, now
+        action = self._training_actions(tick, obs, reset_mask)
+        marks.mark(POLICY)
         if self.num_eval_envs:
             action = torch.cat([action, self.algorithm.act_snapshot(eval_obs)])
-        now = clock()
-        marks[2], last = now - last, now
+        marks.mark(EVAL)
         env_action = self._finish(action, tick % 2)
-        now = clock()
-        marks[3], last = now - last, now
+        marks.mark(POST)
         self._action_host.copy_(env_action)  # device -> shared memory; completes before the publish below
-        now = clock()
-        marks[4], last = now - last, now
-        self._publish(tick, t0, marks, last)
+        marks.mark(ACTION_COPY)
+        self._publish(tick, marks)
+
+    def _training_actions(self, tick: int, obs: dict[str, torch.Tensor], reset_mask: torch.Tensor) -> torch.Tensor:
+        """Uniform-random actions for the first `random_ticks` ticks, then the algorithm's `explore`."""
+        if tick < self.random_ticks:
+            shape = (self.num_envs, self.spec.action_dim)
+            return torch.rand(shape, device=self.device, generator=self._generator) * 2 - 1
+        if tick == self.random_ticks and tick > 0:
+            reset_mask = torch.ones_like(reset_mask)  # exploration state starts fresh after the random phase
+        return self.algorithm.explore(obs, reset_mask)
 
     def _finish(self, action: torch.Tensor, parity: int) -> torch.Tensor:
         """Normalised actions -> env units; non-finite rows to the range's midpoint (counted); the
@@ -478,22 +553,19 @@ class Learner:
         self._tick_actions[parity].copy_(action)
         return torch.clamp(action * self._action_half + self._action_mid, self._action_low, self._action_high)
 
-    def _graph_inference(self, tick: int, t0: float, marks: np.ndarray, last: int) -> None:
+    def _graph_inference(self, tick: int, marks: StageMarks) -> None:
         """The tick as one graph: `policy` is the launch, `action_copy` the wait for the device."""
         if self._tick_graph is None:
             self._tick_graph = TickGraph(
                 self.algorithm, self._obs_host, self._reset_host, self._action_host, self._finish,
-                self.num_train_envs, getattr(self.algorithm, "graph_warmup_calls", 2),
+                self.num_envs, getattr(self.algorithm, "graph_warmup_calls", 2),
             )  # fmt: skip
-        clock = time.perf_counter_ns
         self._tick_graph.launch(tick % 2)
-        now = clock()
-        marks[0] = marks[2] = marks[3] = 0
-        marks[1], last = now - last, now
+        marks.skip(H2D, EVAL, POST)
+        marks.mark(POLICY)
         torch.cuda.current_stream().synchronize()
-        now = clock()
-        marks[4], last = now - last, now
-        self._publish(tick, t0, marks, last)
+        marks.mark(ACTION_COPY)
+        self._publish(tick, marks)
 
     @property
     def graph_errors(self) -> dict[str, str]:
@@ -513,7 +585,7 @@ class Learner:
             return "eager"
         return "captured" if all(c.graph is not None for c in self._tick_graph.calls) else "warming up"
 
-    def _publish(self, tick: int, t0: float, marks: np.ndarray, last: int) -> None:
+    def _publish(self, tick: int, marks: StageMarks) -> None:
         """Stamp and publish the action slot (its actions are in it); account the tick's time and stages."""
         self.segment.control[ACTION_POLICY_VERSION] = self.policy_version
         if tick == len(self._versions):
@@ -522,15 +594,9 @@ class Learner:
             raise ProtocolError(f"inference for tick {tick} after {len(self._versions)} ticks")
         self.segment.publish(ACTION_TICK, tick)
         self.collector.actions_published(tick)
-        marks[5] = time.perf_counter_ns() - last
-        elapsed = time.perf_counter() - t0
-        self.busy_s["inference"] += elapsed
-        if not self.inference_ticks:
-            self.warmup_s["first_inference"] = elapsed
-        if tick == self.random_ticks:
-            self.warmup_s["first_policy_inference"] = elapsed
-        self.inference_ticks += 1
+        self.meter.inference_done(marks, policy_tick=tick == self.random_ticks)
 
+    # --- ingest --------------------------------------------------------------------------
     def ingest(self, tick: int) -> None:
         """Copy transition `tick` from the ingress ring into replay, then release its slot."""
         t0 = time.perf_counter()
@@ -540,6 +606,27 @@ class Learner:
         self.waiter.wait_at_least(PRODUCED, tick + 1, self.check)
         self.activity = INGESTING
         t_committed = time.perf_counter()
+        slot = self._peek_transition(tick)
+        n = self.num_envs  # evaluation rows (the last ones) never reach replay
+        failures = int(slot.header[HEADER_PHYSICS_FAILURES])
+        self._add_to_replay(slot, tick, slot.physics_failed[:n] if failures else None)
+        if self._observe is not None:
+            self._observe(
+                *(torch.from_numpy(a[:n]).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
+            )
+        t_sync = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()  # the copies have left the slot
+        t_synced = time.perf_counter()
+        if slot.header[HEADER_NUM_DONE]:
+            self._count_episodes(slot, tick)
+        self.physics_failures += failures
+        self.ring.release()
+        self.ticks_done += 1
+        self.meter.ingest_done(t0, t_committed, t_sync, t_synced)
+
+    def _peek_transition(self, tick: int) -> Any:
+        """The ingress slot holding transition `tick`, checked against what the learner stamped."""
         slot = self.ring.peek()
         if slot is None:
             raise ProtocolError(f"transition {tick} is not in the ingress ring")
@@ -550,9 +637,11 @@ class Learner:
                 f"tick {tick} was stepped with actions of policy_version {slot.policy_version}, "
                 f"but the learner stamped version {self._versions[tick]}"
             )
-        n = self.num_train_envs  # evaluation rows (the last ones) never reach replay
-        failures = int(slot.header[HEADER_PHYSICS_FAILURES])
-        failed = slot.physics_failed[:n] if failures else None
+        return slot
+
+    def _add_to_replay(self, slot: Any, tick: int, failed: np.ndarray | None) -> None:
+        """The training rows' transitions into replay, those of `failed` physics steps left out (counted)."""
+        n = self.num_envs
         if failed is not None and failed.any():  # a failed step is no transition: it never reaches replay
             keep = np.flatnonzero(~failed)
             keep_t = torch.from_numpy(keep).to(self.device)
@@ -574,45 +663,30 @@ class Learner:
                 terminated=slot.terminated[:n],
                 truncated=slot.truncated[:n],
             )
-        if self._observe is not None:
-            self._observe(
-                *(torch.from_numpy(a[:n]).to(self.device) for a in (slot.reward, slot.terminated, slot.truncated))
-            )
-        t_sync = time.perf_counter()
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()  # the copies have left the slot
-        self.ingest_split_s["wait"] += t_committed - t0
-        self.ingest_split_s["sync"] += time.perf_counter() - t_sync
-        if slot.header[HEADER_NUM_DONE]:
-            done = slot.terminated | slot.truncated
-            train = done[:n]
-            self.episodes += int(train.sum())
-            self.episode_return_sum += float(slot.episode_return[:n][train].sum())
-            self.episode_length_sum += int(slot.episode_length[:n][train].sum())
-            if self.current_eval is not None:
-                self.current_eval.observe(
-                    tick, done[n:], slot.episode_return[n:], slot.episode_length[n:],
-                    slot.terminated[n:], slot.episode_tracking[n:],
-                )  # fmt: skip
-                if self.current_eval.complete:
-                    self._finish_eval()
-        self.physics_failures += failures
-        self.ring.release()
-        self.ticks_done += 1
-        self.busy_s["ingest"] += time.perf_counter() - t0
 
+    def _count_episodes(self, slot: Any, tick: int) -> None:
+        """Episodes that ended with transition `tick`: training rows into the sums, eval rows to `evals`."""
+        n = self.num_envs
+        done = slot.terminated | slot.truncated
+        train = done[:n]
+        self.episodes += int(train.sum())
+        self.episode_return_sum += float(slot.episode_return[:n][train].sum())
+        self.episode_length_sum += int(slot.episode_length[:n][train].sum())
+        self.evals.observe(
+            tick, done[n:], slot.episode_return[n:], slot.episode_length[n:],
+            slot.terminated[n:], slot.episode_tracking[n:],
+        )  # fmt: skip
+
+    # --- update phase --------------------------------------------------------------------
     def update(self) -> None:
         """One update phase; policy_version advances at its end."""
         t0 = time.perf_counter()
-        if self.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        first = "first_update_phase" not in self.warmup_s
+        events = self.meter.update_started()
+        first = self.meter.first_update_pending
         compiles = getattr(self.algorithm, "use_compile", False) or getattr(self.algorithm, "use_cuda_graphs", False)
         self.activity = WARMING_UP if first and compiles else UPDATING
         self.in_update = True
-        if self.tick == self.sleep_at_tick:
-            time.sleep(self.sleep_s)
+        self.faults.before_update(self.tick)
         try:
             self.last_update_metrics = self.algorithm.update_phase(self.replay, self.updates_per_step)
         except UpdatesStopped as stop:  # the watchdog's request, between two whole updates
@@ -620,16 +694,11 @@ class Learner:
             return
         self.in_update = False
         elapsed = time.perf_counter() - t0
-        if first:  # host time: compiling runs on the host
-            self.warmup_s["first_update_phase"] = elapsed
         self._update_s = elapsed / self.updates_per_step
         self.updates_done += self.updates_per_step
-        if self.device.type == "cuda":
-            end.record()
-            self._update_events.append((start, end))
+        end = self.meter.update_done(events, elapsed, first)
+        if end is not None:
             self._last_update_end = end
-        else:
-            self.busy_s["update"] += elapsed
         self._advance_policy_version()
         streak = getattr(self.algorithm, "nonfinite_streak", None)
         if streak is not None:
@@ -684,36 +753,16 @@ class Learner:
     # --- snapshot evaluation -------------------------------------------------------------
     def env_steps_done(self) -> int:
         """Training env steps whose transitions reached replay (a resumed run counts from its checkpoint's)."""
-        return self.start_env_steps + self.ticks_done * self.num_train_envs
+        return self.start_env_steps + self.ticks_done * self.num_envs
 
     def _maybe_start_eval(self, tick: int) -> None:
         """Freeze a snapshot and reset the eval rows after this tick's step when an eval point is due."""
-        if not self.num_eval_envs:
-            return
         elapsed = time.monotonic() - self._loop_start
-        per_row = self.eval_settings.episodes_per_row
-        estimate = per_row * (self.spec.max_episode_steps + 1) * self._tick_s
-        if not self.eval_schedule.due(elapsed, self.env_steps_done(), self.current_eval is not None, estimate):
+        if not self.evals.due(elapsed, self.env_steps_done(), self._tick_s):
             return
         self.algorithm.snapshot_actor()  # on the learner's stream, after the last update phase: one complete state
-        self.current_eval = SnapshotEval(
-            policy_version=self.policy_version,
-            env_steps=self.env_steps_done(),
-            snapshot_s=elapsed,
-            reset_tick=tick,
-            rows=self.num_eval_envs,
-            per_row=per_row,
-            started_at=time.monotonic(),
-            tracking_terms=tuple(getattr(self.spec, "tracking_terms", ())),
-        )
+        self.evals.start(self.policy_version, self.env_steps_done(), elapsed, tick)
         self.segment.control[RESET_REQUEST_TICK] = tick  # read by the collector after it saw ACTION_TICK = tick
-
-    def _finish_eval(self) -> None:
-        evaluation, self.current_eval = self.current_eval, None
-        self.eval_schedule.finished(time.monotonic() - evaluation.started_at)
-        result = evaluation.result()
-        self.eval_results.append(result)
-        self.eval_history.append(result)
 
     @property
     def generators(self) -> dict[str, torch.Generator]:
@@ -736,94 +785,20 @@ class Learner:
         """policy_version used by each tick's actions so far (the record of property 2)."""
         return np.frombuffer(self._versions, dtype=np.int64).copy() if self._versions else np.empty(0, np.int64)
 
-    # --- loop --------------------------------------------------------------------------
-    def run(self, on_tick: Any = None) -> bool:
-        """All ticks, then the last transition; `on_tick(tick)` runs after each tick (logging).
-
-        Returns False when `max_seconds` cut the run short: the transitions of the
-        last tick or two are then accounted as in flight (the collector is stopped).
-        """
-        tl = self.timeline
-        if self.num_eval_envs:  # idle eval rows act with a snapshot too (their episodes count only in evaluations)
-            self.algorithm.snapshot_actor()
-        self._loop_start = time.monotonic()
-        deadline = None if self.max_seconds is None else self._loop_start + float(self.max_seconds)
-        busy = sum(self.busy_s.values())
-        self._interval = (time.perf_counter(), self.updates_done, busy, dict(self.busy_s), self.inference_ticks)
-        self._ingest_split_prev = dict(self.ingest_split_s)
-        t_prev = time.monotonic()
-        for tick in range(self.num_ticks):
-            self.tick = tick
-            if self.stop_signal is not None:
-                raise StopRequested(self.stop_signal)
-            self.safe_point()
-            with tl.phase("wait", tick):
-                self.wait_for_obs(tick)
-            if tick == self.raise_at_tick:
-                raise InjectedLearnerFault(f"injected fault (runtime.fault.learner_raise_at_tick={tick})")
-            self._maybe_start_eval(tick)
-            self.activity = INFERRING
-            with tl.phase("inference", tick, policy_version=self.policy_version):
-                self.inference(tick)
-            if tick > 0:
-                with tl.phase("ingest", tick, transition=tick - 1):
-                    self.ingest(tick - 1)
-            if self.learning:
-                with tl.phase("update", tick, policy_version=self.policy_version):
-                    self.update()
-                tl.annotate_last(new_policy_version=self.policy_version)
-            if on_tick is not None:
-                self.activity = BETWEEN_TICKS
-                on_tick(tick)
-            now = time.monotonic()
-            self._tick_s = now - t_prev if tick < 2 else 0.95 * self._tick_s + 0.05 * (now - t_prev)
-            t_prev = now
-            if deadline is not None and now > deadline and tick + 1 < self.num_ticks:
-                return False
-        last = self.num_ticks - 1
-        self.tick = self.num_ticks
-        with tl.phase("wait", self.num_ticks):
-            self.activity = WAITING_FOR_TRANSITION
-            self.collector.arm_deadline(last)
-            self.waiter.wait_at_least(PRODUCED, self.num_ticks, self.check)
-        with tl.phase("ingest", self.num_ticks, transition=last):
-            self.ingest(last)
-        if self.tick == self.sleep_at_tick:  # fault knob: the learner is slow after the last transition
-            time.sleep(self.sleep_s)
-        return True
-
+    # --- metrics and release -----------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         """Host-side counters plus the last update metrics (one device sync, at log time only)."""
         out: dict[str, float] = {
             "train/policy_version": float(self.policy_version),
             "train/updates": float(self.updates_done),
             "train/replay_size": float(len(self.replay)),
-            **self._ring_counters(),
+            **ring_counters(self.ring, self.final_counters),
             "perf/learner_blocked_waits": float(self.waiter.blocked_waits),
             "train/physics_failures": float(self.physics_failures),
             "train/dropped_transitions": float(self.dropped_transitions),
             "train/nonfinite_actions": float(self._nonfinite_actions),  # one small device read, at log time
         }
-        # Rates over the interval since the previous call: host clocks, counters and completed events only.
-        self._collect_update_events()
-        now, busy = time.perf_counter(), sum(self.busy_s.values())
-        t_prev, updates_prev, busy_prev, phases_prev, ticks_prev = self._interval
-        wall = max(now - t_prev, 1e-9)
-        out["perf/updates_per_s"] = (self.updates_done - updates_prev) / wall
-        out["perf/learner_busy_fraction"] = min(1.0, (busy - busy_prev) / wall)
-        if self.inference_ticks > ticks_prev:
-            ticks = self.inference_ticks - ticks_prev
-            out["perf/inference_tick_ms"] = 1e3 * (self.busy_s["inference"] - phases_prev["inference"]) / ticks
-            # one ingest a tick, waiting for the collector's commit where its ingress write (with the step's
-            # reward) outlasts the inference before it
-            out["perf/ingest_ms"] = 1e3 * (self.busy_s["ingest"] - phases_prev["ingest"]) / ticks
-            # its parts: the wait for that commit, and the device sync after the copies into replay
-            for part, value in self.ingest_split_s.items():
-                out[f"perf/ingest_{part}_ms"] = 1e3 * (value - self._ingest_split_prev[part]) / ticks
-        self._interval = (now, self.updates_done, busy, dict(self.busy_s), self.inference_ticks)
-        self._ingest_split_prev = dict(self.ingest_split_s)
-        out.update(self._collector_phases())
-        out.update(self._inference_stages())
+        out.update(self.meter.interval_metrics(self.updates_done))
         if self.episodes:
             out["train/episode_return"] = self.episode_return_sum / self.episodes
             out["train/episode_length"] = self.episode_length_sum / self.episodes
@@ -835,66 +810,10 @@ class Learner:
             out.update(zip(names, values.tolist(), strict=True))
         return out
 
-    def _inference_stages(self) -> dict[str, float]:
-        """Medians of the inference ticks' host stages since the last row (`perf/inference_<stage>_ms`)."""
-        first = max(self._stages_read, self.inference_ticks - STAGE_RING)
-        if self.inference_ticks <= first:
-            return {}
-        rows = self._stage_ns[np.arange(first, self.inference_ticks) % STAGE_RING]
-        self._stages_read = self.inference_ticks
-        medians = np.median(rows[:, :-1], axis=0) / 1e6
-        out = {f"perf/inference_{name}_ms": float(v) for name, v in zip(INFERENCE_STAGES, medians, strict=True)}
-        out["perf/inference_behind_update_fraction"] = float(rows[:, -1].mean())
-        return out
-
-    def _collector_phases(self) -> dict[str, float]:
-        """Medians of the collector's per-tick phases since the last row (`perf/collector_*_ms`)."""
-        if self.segment is None or self.segment.control is None or "collector/phases" not in self.segment.arrays:
-            return {}
-        written = int(self.segment.control[COLLECTOR_PHASE_TICKS]) - 1  # the newest row may be mid-write
-        first = max(self._phases_read, written - PHASE_RING + 1, 0)
-        if written <= first:
-            return {}
-        rows = self.segment["collector/phases"][np.arange(first, written) % PHASE_RING] / 1e6
-        self._phases_read = written
-        medians = np.median(rows, axis=0)
-        out = {f"perf/collector_{name}_ms": float(v) for name, v in zip(PHASE_NAMES, medians, strict=True)}
-        i = {name: k for k, name in enumerate(PHASE_NAMES)}
-        cycle = rows[:, i["cycle"]].sum()
-        if cycle > 0:  # the collector's serial work outside the pool, as a share of the tick
-            outside = rows[:, i["critical"]] - rows[:, i["physics"]]
-            out["perf/collector_outside_pool_fraction"] = float(outside.sum() / cycle)
-        return out
-
-    def _ring_counters(self) -> dict[str, float]:
-        if self.ring is None:  # views released: the counters read at release
-            counters = {k: float(v) for k, v in self.final_counters.items()}
-        else:
-            counters = {
-                "ingress_produced": float(self.ring.produced),
-                "ingress_consumed": float(self.ring.consumed),
-                "ingress_full_waits": float(self.ring.full_waits),
-            }
-        return {f"perf/{k}": v for k, v in counters.items()}
-
-    def _collect_update_events(self) -> None:
-        """Add the device time of update phases whose end event has completed (`query()` never blocks)."""
-        pending = []
-        for start, end in self._update_events:
-            if end.query():
-                self.busy_s["update"] += start.elapsed_time(end) / 1e3
-            else:
-                pending.append((start, end))
-        self._update_events = pending
-
     def release_views(self) -> None:
         """Drop every view of the shared segment so its mapping can be closed (counters are kept)."""
         if self.ring is not None:
-            self.final_counters = {
-                "ingress_produced": self.ring.produced,
-                "ingress_consumed": self.ring.consumed,
-                "ingress_full_waits": self.ring.full_waits,
-            }
+            self.final_counters = ingress_counters(self.ring)
         self._obs_np = self._obs_host = {}
         self._reset_np = self._reset_host = None
         self._action_np = self._action_host = None

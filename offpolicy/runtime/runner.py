@@ -113,8 +113,17 @@ def default_algorithm_factory(algo_cfg: Any, spec: Any, device: torch.device) ->
     return make_algorithm(algo_cfg, spec, device)
 
 
+def algorithm_factory_from_cfg(run: RunConfig) -> AlgorithmFactory:
+    """`runtime.algorithm_factory` (a hidden `module:function`, e.g. the tests' stand-in), else the registry's."""
+    target = run.runtime.algorithm_factory
+    return import_target(target, "runtime.algorithm_factory") if target else default_algorithm_factory
+
+
 def env_factory_from_cfg(run: RunConfig) -> EnvFactory:
-    """envs.make(name, env.num_envs + eval.num_envs, seed, **env.options), or `runtime.env_factory` with those."""
+    """envs.make(name, env.num_envs + eval.num_envs, seed, **env.options), or `runtime.env_factory` with those.
+
+    The one place the eval rows are added to the training rows: the env's rows are the slots' rows.
+    """
     rows = run.env.num_envs + run.eval.num_envs
     kwargs = {"name": run.env.name, "num_envs": rows, "seed": run.seed}
     return EnvFactory(target=run.runtime.env_factory or "envs:make", kwargs={**kwargs, **run.env.options})
@@ -201,46 +210,13 @@ class Runner:
         """absolute: nothing after the start depends on the working directory (it may be removed meanwhile)"""
         self.context = context
         """what Hydra told the job (sweep dir, job number; W&B group and name); None outside the CLI"""
-        target = cfg.runtime.algorithm_factory  # hidden `module:function`, e.g. the tests' stand-in
-        self.algorithm_factory = algorithm_factory or (
-            import_target(target, "runtime.algorithm_factory") if target else default_algorithm_factory
-        )
+        self.algorithm_factory = algorithm_factory or algorithm_factory_from_cfg(cfg)
         self.env_factory = env_factory or env_factory_from_cfg(cfg)
-        self.num_eval_envs = cfg.eval.num_envs
-        """the last rows of the collector's env: snapshot evaluations, never in replay"""
-        env_rows = int(self.env_factory.kwargs.get("num_envs", cfg.env.num_envs))
-        self.num_envs = env_rows - self.num_eval_envs
-        """training rows: env steps, replay and the algorithm's per-env state count these"""
-        if self.num_envs < 1:
-            raise ConfigError(f"eval.num_envs={self.num_eval_envs} leaves no training rows of {env_rows}")
+        self._init_rows()
         self.total_env_steps: int | None = cfg.train.total_env_steps
         """None: no step budget, the run stops on train.max_seconds"""
-        resume = cfg.train.resume
-        self.resume_path = None if resume in (None, "") else Path(resume).expanduser()
-        self.resume_checkpoint: dict[str, Any] | None = None
-        self.start_counters = {"env_steps": 0, "ticks": 0, "updates": 0, "policy_version": 0}
-        """counters this run starts from (a resumed checkpoint's, else zeros)"""
-        if self.resume_path is not None:  # fail before anything starts: never train from scratch by accident
-            self.resume_checkpoint = load_checkpoint(self.resume_path, map_location="cpu")
-            require_resumable(self.resume_checkpoint, self.resume_path)
-            check_compatible(
-                self.resume_checkpoint,
-                self.resume_path,
-                algo=_algo_name(cfg, None),
-                env=cfg.env.name,
-                env_options=cfg.env.options,  # this run's sizes in a refusal
-            )
-            self.start_counters = dict(self.resume_checkpoint["counters"])
-            if self.total_env_steps is not None and self.start_counters["env_steps"] >= self.total_env_steps:
-                raise CheckpointError(
-                    f"checkpoint {self.resume_path} is already at {self.start_counters['env_steps']} env steps, "
-                    f"train.total_env_steps={self.total_env_steps}: raise the budget to train on"
-                )
-        if self.total_env_steps is None:
-            self.num_ticks = UNBOUNDED_TICKS  # the learner's deadline ends the run
-        else:
-            remaining = self.total_env_steps - self.start_counters["env_steps"]
-            self.num_ticks = max(1, math.ceil(remaining / self.num_envs))
+        self._init_resume()
+        self.num_ticks = self._plan_ticks()
         self.learning_starts = cfg.train.learning_starts
         self.device = resolve_device(cfg.device)
         self.affinity: Affinity = resolve_affinity(dataclasses.asdict(cfg.affinity))
@@ -251,6 +227,51 @@ class Runner:
         self.replay: ReplayBuffer | None = None
         self.timeline: Timeline | None = None
         self.summary: dict[str, Any] = {}
+
+    def _init_rows(self) -> None:
+        """The collector env's rows: training rows first, then the eval rows."""
+        self.num_eval_envs = self.config.eval.num_envs
+        """the last rows of the collector's env: snapshot evaluations, never in replay"""
+        self.slot_rows = int(self.env_factory.kwargs.get("num_envs", self.config.env.num_envs))
+        """rows of the collector's env and of the shared slots (`env_factory_from_cfg` adds the eval rows)"""
+        self.num_envs = self.slot_rows - self.num_eval_envs
+        """training rows: env steps, replay and the algorithm's per-env state count these"""
+        if self.num_envs < 1:
+            raise ConfigError(f"eval.num_envs={self.num_eval_envs} leaves no training rows of {self.slot_rows}")
+
+    def _init_resume(self) -> None:
+        """`train.resume`: load and check the checkpoint before anything starts (never train from scratch by
+        accident); the counters this run starts from."""
+        resume = self.config.train.resume
+        self.resume_path = None if resume in (None, "") else Path(resume).expanduser()
+        self.resume_checkpoint: dict[str, Any] | None = None
+        self.start_counters = {"env_steps": 0, "ticks": 0, "updates": 0, "policy_version": 0}
+        """counters this run starts from (a resumed checkpoint's, else zeros)"""
+        if self.resume_path is None:
+            return
+        cfg = self.config
+        self.resume_checkpoint = load_checkpoint(self.resume_path, map_location="cpu")
+        require_resumable(self.resume_checkpoint, self.resume_path)
+        check_compatible(
+            self.resume_checkpoint,
+            self.resume_path,
+            algo=_algo_name(cfg, None),
+            env=cfg.env.name,
+            env_options=cfg.env.options,  # this run's sizes in a refusal
+        )
+        self.start_counters = dict(self.resume_checkpoint["counters"])
+        if self.total_env_steps is not None and self.start_counters["env_steps"] >= self.total_env_steps:
+            raise CheckpointError(
+                f"checkpoint {self.resume_path} is already at {self.start_counters['env_steps']} env steps, "
+                f"train.total_env_steps={self.total_env_steps}: raise the budget to train on"
+            )
+
+    def _plan_ticks(self) -> int:
+        """Ticks to run: the remaining step budget over the training rows (unbounded: the deadline ends it)."""
+        if self.total_env_steps is None:
+            return UNBOUNDED_TICKS
+        remaining = self.total_env_steps - self.start_counters["env_steps"]
+        return max(1, math.ceil(remaining / self.num_envs))
 
     def run(self) -> dict[str, Any]:
         """Run to the end; raises `RunFailure` (with side and cause) on any abnormal end.
@@ -265,7 +286,7 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config.source, self.run_dir / "config_resolved.yaml", resolve=True)
         with ExitStack() as stack:  # released last to first: collector side, metrics logger, stop handlers
-            metrics_logger = MetricsLogger(self.run_dir, self.config.source, self.context)
+            metrics_logger = MetricsLogger(self.run_dir, self.config, self.context)
             handlers = self._install_stop_handlers()
             stack.callback(self._restore_stop_handlers, handlers)
             stack.callback(metrics_logger.close)
@@ -401,7 +422,7 @@ class Runner:
 
     def _check_spec(self, spec: Any) -> None:
         """The collector's env has the training and eval rows; `self.spec` is its training part."""
-        if spec.num_envs != self.num_envs + self.num_eval_envs:
+        if spec.num_envs != self.slot_rows:
             raise ValueError(
                 f"the collector's env has {spec.num_envs} rows, expected env.num_envs + eval.num_envs = "
                 f"{self.num_envs} + {self.num_eval_envs}"
@@ -435,9 +456,6 @@ class Runner:
     def _build_learner(self, held: ExitStack, collector: CollectorProcess, segment: SharedSegment, spec: Any) -> None:
         """Replay and the learner over the shared slots; its views of them are released on the way out."""
         config, s = self.config, self.config.runtime
-        updates_per_step = config.train.updates_per_step
-        if updates_per_step is None:
-            updates_per_step = self.algorithm.updates_per_step
         # never allocate what cannot fill
         capacity = min(config.replay.capacity, self.num_ticks * self.num_envs)
         self.replay = ReplayBuffer(capacity, dict(spec.obs_dims), spec.action_dim, self.device, self.num_envs)
@@ -446,15 +464,7 @@ class Runner:
             algorithm=self.algorithm,
             replay=self.replay,
             link=CollectorLink(spec, segment, ring, Waiter(segment, s.spin_us, s.poll_s), collector),
-            plan=TrainPlan(
-                num_ticks=self.num_ticks,
-                updates_per_step=int(updates_per_step),
-                learning_starts=self.learning_starts,
-                seed=config.seed,
-                max_seconds=config.train.max_seconds,
-                start_env_steps=self.start_counters["env_steps"],
-                max_nonfinite_updates=config.train.max_nonfinite_updates,
-            ),
+            plan=self._train_plan(),
             device=self.device,
             timeline=self.timeline,
             evaluation=EvalRows(self.num_eval_envs, config.eval),
@@ -468,6 +478,22 @@ class Runner:
         held.callback(self.learner.release_views)
         if self.resume_checkpoint is not None:
             self._resume_learner()
+
+    def _train_plan(self) -> TrainPlan:
+        """The learner's budgets and schedule (`train.updates_per_step` null: the algorithm's)."""
+        train = self.config.train
+        updates_per_step = train.updates_per_step
+        if updates_per_step is None:
+            updates_per_step = self.algorithm.updates_per_step
+        return TrainPlan(
+            num_ticks=self.num_ticks,
+            updates_per_step=int(updates_per_step),
+            learning_starts=self.learning_starts,
+            seed=self.config.seed,
+            max_seconds=train.max_seconds,
+            start_env_steps=self.start_counters["env_steps"],
+            max_nonfinite_updates=train.max_nonfinite_updates,
+        )
 
     def _resume_learner(self) -> None:
         """The checkpoint's counters and RNG states into the learner."""
@@ -639,7 +665,7 @@ class Runner:
             "seconds": time.perf_counter() - t0,
             "final": True,
         }
-        learner.eval_history.append(result)
+        learner.evals.history.append(result)
         log.info(
             "final snapshot (policy_version %d, %d env steps): return mean %.1f, median %.1f, min %.1f over %d "
             "episodes",
@@ -710,17 +736,17 @@ class Runner:
             done = learner.ticks_done
             console.update(self.env_steps(done), learner.updates_done)  # host counters; refreshes when due
             now = time.perf_counter()
-            if tick is not None and not learner.eval_results:
+            if tick is not None and not learner.evals.results:
                 if done == last["ticks"] or (done % every_ticks and now - last["time"] < every_s):
                     return
-            elif done == last["ticks"] and not learner.eval_results:
+            elif done == last["ticks"] and not learner.evals.results:
                 return
             metrics = learner.metrics()
             if done > last["ticks"]:
                 metrics["perf/env_steps_per_s"] = (done - last["ticks"]) * self.num_envs / max(now - last["time"], 1e-9)
             metrics["time/elapsed_s"] = now - t_loop
             last["time"], last["ticks"] = now, done
-            results, learner.eval_results = learner.eval_results, []
+            results = learner.evals.take_results()
             for result in results[:-1]:  # two finished within one row (rare): each gets its own row
                 metrics_logger.log(self.env_steps(done), {"time/elapsed_s": now - t_loop, **eval_metrics(result)})
             if results:
@@ -749,9 +775,9 @@ class Runner:
             # runtime.tick_graph: whether the inference tick ran as one captured graph
             "tick_graph": learner.tick_graph_state,
             # host seconds of the first calls, which carry torch.compile and CUDA-graph warm-up
-            "warmup_s": dict(learner.warmup_s),
+            "warmup_s": dict(learner.meter.warmup_s),
             # snapshot evaluations that finished during the loop (the final one is `snapshot_eval`)
-            "snapshot_evaluations": len([r for r in learner.eval_history if not r.get("final")]),
+            "snapshot_evaluations": len([r for r in learner.evals.history if not r.get("final")]),
             "replay_size": len(self.replay),
             **learner.final_counters,
             "device": str(self.device),

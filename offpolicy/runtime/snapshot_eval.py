@@ -23,7 +23,8 @@ only its fall) and `fall_fraction`, the fraction of episodes that terminated
 rather than reaching their time limit (`eval/lin_vel_error`, ...). Other tasks
 report nothing more.
 
-When to take one (`EvalSchedule`): every `eval.interval_s` seconds of the training
+The learner's side of it is `SnapshotEvals`: the schedule, the evaluation running, and the finished
+results the runner logs. When to take one (`EvalSchedule`): every `eval.interval_s` seconds of the training
 loop and/or every `eval.interval_env_steps` env steps, and always at the
 `eval.at_seconds` marks. One evaluation runs at a time on the eval rows; a regular
 point whose evaluation would not finish before the next mark (or the wall-clock
@@ -40,6 +41,7 @@ training rows' physics.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +221,65 @@ class EvalSchedule:
     def finished(self, duration_s: float) -> None:
         """Record how long the last evaluation took."""
         self.last_duration_s = duration_s
+
+
+class SnapshotEvals:
+    """The snapshot evaluations of a run's eval rows: when one starts, what it counts, the finished results.
+
+    The learner asks `due` once per tick (before its inference), freezes its actor and calls `start`
+    when it is; `observe` counts the eval rows' episodes that ended with an ingested transition.
+    """
+
+    def __init__(self, settings: EvalConfig, rows: int, budget_s: float | None, spec: Any) -> None:
+        self.rows = int(rows)
+        """the eval rows (the last rows of the slots); 0: no snapshot evaluations during training"""
+        self.settings = settings
+        self.schedule = EvalSchedule(settings, budget_s)
+        self.max_episode_steps = spec.max_episode_steps
+        self.tracking_terms = tuple(getattr(spec, "tracking_terms", ()))
+        self.current: SnapshotEval | None = None
+        """the snapshot evaluation running on the eval rows, if any"""
+        self.results: list[dict[str, Any]] = []
+        """finished snapshot evaluations not yet logged (the runner takes them: `take_results`)"""
+        self.history: list[dict[str, Any]] = []
+        """every finished snapshot evaluation of this run (summary, tests)"""
+
+    def due(self, elapsed_s: float, env_steps: int, tick_s: float) -> bool:
+        """Whether a snapshot is due now (`tick_s`: recent seconds per tick, to size a first evaluation)."""
+        if not self.rows:
+            return False
+        estimate = self.settings.episodes_per_row * (self.max_episode_steps + 1) * tick_s
+        return self.schedule.due(elapsed_s, env_steps, self.current is not None, estimate)
+
+    def start(self, policy_version: int, env_steps: int, elapsed_s: float, tick: int) -> None:
+        """A snapshot of `policy_version` was frozen; its episodes count from the tick after `tick`."""
+        self.current = SnapshotEval(
+            policy_version=policy_version,
+            env_steps=env_steps,
+            snapshot_s=elapsed_s,
+            reset_tick=tick,
+            rows=self.rows,
+            per_row=self.settings.episodes_per_row,
+            started_at=time.monotonic(),
+            tracking_terms=self.tracking_terms,
+        )
+
+    def observe(self, tick: int, *eval_rows: np.ndarray) -> None:
+        """Count the episodes that ended with transition `tick` (`SnapshotEval.observe`'s arrays)."""
+        if self.current is None:
+            return
+        self.current.observe(tick, *eval_rows)
+        if self.current.complete:
+            evaluation, self.current = self.current, None
+            self.schedule.finished(time.monotonic() - evaluation.started_at)
+            result = evaluation.result()
+            self.results.append(result)
+            self.history.append(result)
+
+    def take_results(self) -> list[dict[str, Any]]:
+        """The finished evaluations not yet logged; the list is empty afterwards."""
+        results, self.results = self.results, []
+        return results
 
 
 # --------------------------------------------------------------------------- offline rollouts

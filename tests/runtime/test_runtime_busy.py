@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import torch
 
-from offpolicy.runtime.learner import Learner
+from offpolicy.runtime.metering import LearnerMeter
 
 
 class FakeEvent:
@@ -22,13 +22,13 @@ class FakeEvent:
 
 
 def test_completed_update_events_are_counted_once_and_pending_ones_kept():
-    learner = SimpleNamespace(busy_s={"inference": 0.0, "ingest": 0.0, "update": 0.0})
+    meter = LearnerMeter(segment=None, device=torch.device("cpu"))
     finished = (FakeEvent(0.0, True), FakeEvent(9.0, True))
     running = (FakeEvent(30.0, True), FakeEvent(39.0, False))
-    learner._update_events = [finished, running]
-    Learner._collect_update_events(learner)
-    assert learner.busy_s["update"] == 0.009
-    assert learner._update_events == [running]
+    meter.update_events = [finished, running]
+    meter.collect_update_events()
+    assert meter.busy_s["update"] == 0.009
+    assert meter.update_events == [running]
     running[1].done = True
-    Learner._collect_update_events(learner)
-    assert abs(learner.busy_s["update"] - 0.018) < 1e-12 and learner._update_events == []
+    meter.collect_update_events()
+    assert abs(meter.busy_s["update"] - 0.018) < 1e-12 and meter.update_events == []

@@ -14,7 +14,7 @@ import pytest
 import torch
 from runtime_helpers import make_cfg, run_in_process
 
-from offpolicy.runtime.learner import INFERENCE_STAGES
+from offpolicy.runtime.metering import INFERENCE_STAGES
 
 DELAY_S = 0.008
 

@@ -18,7 +18,14 @@ import torch
 from runtime_helpers import make_cfg, run_in_process
 
 from offpolicy.config import EvalConfig
-from offpolicy.runtime.snapshot_eval import EvalSchedule, MeanPolicy, SnapshotEval, eval_metrics, rollout
+from offpolicy.runtime.snapshot_eval import (
+    EvalSchedule,
+    MeanPolicy,
+    SnapshotEval,
+    SnapshotEvals,
+    eval_metrics,
+    rollout,
+)
 from offpolicy.runtime.timeline import load_intervals
 
 
@@ -97,7 +104,7 @@ def test_each_evaluation_runs_one_frozen_snapshot_over_complete_fresh_episodes(r
     runner = run_in_process(cfg, run_dir, algorithm_factory=factory)
     algo, learner = holder["algo"], runner.learner
     rec = dict(np.load(record))
-    history = learner.eval_history
+    history = learner.evals.history
     assert len(history) >= 4, "a snapshot every 15 ticks, each needing at most 1 + 2 x 6 ticks"
     assert algo.live_act_calls == 0, "evaluation rows never act with the live actor"
     versions = learner.tick_versions
@@ -315,3 +322,23 @@ def test_schedule_by_env_steps_never_skips():
     assert not sched.due(7.0, 2100, True, 1e9)  # due while running: pending
     assert sched.due(8.0, 2200, False, 1e9)
     assert not sched.due(9.0, 2900, False, 1e9)
+
+
+def test_snapshot_evals_report_once_every_eval_row_has_its_episodes():
+    """The learner's collaborator: due on the step schedule, never with no eval rows, episodes counted
+    from the tick after the reset, one result handed to the runner once and kept in the history."""
+    settings = EvalConfig(num_envs=2, episodes=4, interval_s=None, interval_env_steps=100)
+    spec = SimpleNamespace(max_episode_steps=10, tracking_terms=())
+    assert not SnapshotEvals(settings, 0, None, spec).due(0.0, 100, 0.01)  # no eval rows: never due
+    evals = SnapshotEvals(settings, 2, None, spec)
+    assert not evals.due(0.0, 99, 0.01) and evals.due(0.0, 100, 0.01)
+    evals.start(policy_version=7, env_steps=100, elapsed_s=1.5, tick=5)
+    done, length, tracking = np.array([True, True]), np.array([10, 10]), np.zeros((2, 1))
+    for tick, returns in ((5, [9.0, 9.0]), (6, [1.0, 3.0]), (7, [2.0, 4.0])):  # tick 5: before the reset
+        assert evals.current is not None and not evals.results
+        evals.observe(tick, done, np.array(returns), length, ~done, tracking)
+    assert evals.current is None and evals.results == evals.history
+    [result] = evals.take_results()
+    assert result["episodes"] == 4 and result["mean"] == 2.5 and result["max"] == 4.0
+    assert (result["policy_version"], result["env_steps"], result["snapshot_s"]) == (7, 100, 1.5)
+    assert evals.take_results() == [] and len(evals.history) == 1

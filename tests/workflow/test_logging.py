@@ -15,22 +15,28 @@ import pytest
 from omegaconf import OmegaConf
 from sizes import TINY_HOPPER_CLI
 
+from offpolicy.config import validate_train_config
 from offpolicy.logger import LearningRate, MetricsLogger, Progress, RunContext, wandb_init_kwargs, wandb_mode
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cfg(**logger):
-    return OmegaConf.create(
+    """A validated run config with these logger keys (the run's own algorithm and env: their checks skipped)."""
+    logger = {"name": "none", **logger}
+    if logger["name"] == "wandb":  # the W&B keys exist only in that logger's schema
+        logger = {"experiment": "${experiment}", "group": None, "tags": ["t1"], **logger}
+    raw = OmegaConf.create(
         {
             "seed": 3,
             "experiment": "ablation",
             "env": {"name": "hopper", "num_envs": 4},
             "algo": {"name": "fastsac", "batch_size": 64},
             "train": {"total_env_steps": 1000, "updates_per_step": "${algo.batch_size}"},
-            "logger": {"name": "none", "experiment": "${experiment}", "group": None, "tags": ["t1"], **logger},
+            "logger": logger,
         }
     )
+    return validate_train_config(raw, custom_algorithm=True, custom_env=True)
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -73,8 +79,8 @@ def test_a_resumed_run_keeps_its_earlier_rows(tmp_path):
 
 def test_logger_none_never_imports_wandb(tmp_path):
     code = (
-        "import sys; from omegaconf import OmegaConf; from offpolicy.logger import MetricsLogger;"
-        "m = MetricsLogger(sys.argv[1], OmegaConf.create({'logger': {'name': 'none'}}));"
+        "import sys; from offpolicy.config import RunConfig; from offpolicy.logger import MetricsLogger;"
+        "m = MetricsLogger(sys.argv[1], RunConfig());"
         "m.log(1, {'x': 1.0}); m.close(); assert 'wandb' not in sys.modules"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -88,7 +94,7 @@ def test_logger_none_never_imports_wandb(tmp_path):
 def test_wandb_init_gets_resolved_config_group_name_tags_and_dir(tmp_path):
     c = cfg(name="wandb")
     kwargs = wandb_init_kwargs(c, tmp_path, RunContext(output_dir=str(tmp_path)))
-    assert kwargs["config"] == OmegaConf.to_container(c, resolve=True)
+    assert kwargs["config"] == OmegaConf.to_container(c.source, resolve=True)
     assert kwargs["config"]["train"]["updates_per_step"] == 64  # interpolations resolved
     assert kwargs["group"] == "hopper-fastsac-ablation"
     assert kwargs["name"] == "hopper-fastsac-seed3"
@@ -114,16 +120,16 @@ def test_mode_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     for var in ("WANDB_API_KEY", "WANDB_MODE", "NETRC", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
-    assert wandb_mode({"mode": "auto"})[0] == "offline"  # fresh machine: no account, no network
+    assert wandb_mode("auto")[0] == "offline"  # fresh machine: no account, no network
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password abc123\n")
-    assert wandb_mode({"mode": "auto"}) == ("online", "credentials found")
-    assert wandb_mode({"mode": "disabled"}) == ("disabled", "logger.mode")
+    assert wandb_mode("auto") == ("online", "credentials found")
+    assert wandb_mode("disabled") == ("disabled", "logger.mode")
     monkeypatch.setenv("WANDB_MODE", "offline")
-    assert wandb_mode({"mode": "online"}) == ("offline", "WANDB_MODE")
+    assert wandb_mode("online") == ("offline", "WANDB_MODE")
     monkeypatch.delenv("WANDB_MODE")
     (tmp_path / ".netrc").unlink()
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    assert wandb_mode({"mode": "auto"})[0] == "online"
+    assert wandb_mode("auto")[0] == "online"
 
 
 class RecordingWandb(types.ModuleType):
@@ -169,7 +175,7 @@ def test_eval_picks_the_wandb_mode_by_the_training_runs_rule(monkeypatch, tmp_pa
         "return_std": 0.0, "length_mean": 10.0, "episodes": 2,
     }  # fmt: skip
     log_to_wandb(OmegaConf.create({"logger": logger_cfg}), result, tmp_path)
-    assert fake.modes == [expected] == [wandb_mode(logger_cfg)[0]]
+    assert fake.modes == [expected] == [wandb_mode(mode)[0]]
 
 
 def test_jobs_sharing_a_process_get_one_finished_run_each(tmp_path, monkeypatch):

@@ -9,11 +9,13 @@ import types
 import pytest
 from omegaconf import OmegaConf
 
+from offpolicy.config import validate_train_config
 from offpolicy.logger import MetricsLogger
 
 
 def _cfg(**logger):
-    return OmegaConf.create({"seed": 3, "env": {"name": "ant"}, "algo": {"name": "fastsac"}, "logger": logger})
+    raw = OmegaConf.create({"seed": 3, "env": {"name": "ant"}, "algo": {"name": "fastsac"}, "logger": logger})
+    return validate_train_config(raw, custom_algorithm=True, custom_env=True)
 
 
 def test_metrics_jsonl_rows(tmp_path):
