@@ -301,9 +301,12 @@ class JoystickEnv(NpEnv):
             )
             warm = (state[:, qv] - qvel_before) / h
         self._warmstart = warm
+        return state, sensordata, self._failed_rows(prev_time, state)
+
+    def _failed_rows(self, prev_time: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """(n,) bool: the step did not advance time by one control step, or left a non-finite state."""
         advanced = state[:, 0] - prev_time
-        failed = (advanced < self._min_advance) | (self._max_advance < advanced) | ~rows_finite(state)
-        return state, sensordata, failed
+        return (advanced < self._min_advance) | (self._max_advance < advanced) | ~rows_finite(state)
 
     def step(self, actions: np.ndarray) -> NpEnvState:
         """One control step; the reward is computed on first read."""

@@ -57,62 +57,71 @@ def sensor(model, data, name):
 
 
 def start_state(model, rng):
-    """Home pose raised and rolled (a left foot up), joints and velocities moved at random."""
+    """Home pose raised and rolled by 0.2 rad (one foot up), joints and velocities moved at random."""
     qpos = model.keyframe("home").qpos.copy()
-    qpos[2] = 0.34
-    qpos[3:7] = [np.cos(0.125), np.sin(0.125), 0.0, 0.0]
+    qpos[2] = 0.32
+    qpos[3:7] = [np.cos(0.1), np.sin(0.1), 0.0, 0.0]
     qpos[7:] += rng.uniform(-0.2, 0.2, 12)
     qvel = rng.uniform(-0.5, 0.5, model.nv)
     return qpos, qvel
 
 
-def test_each_reward_term_matches_unilabs_formula_on_a_constructed_state():
+WEIGHTS = {"tracking_lin_vel": 1.0, "tracking_ang_vel": 0.2, "lin_vel_z": -5.0, "ang_vel_xy": -0.1,
+           "base_height": -20.0, "action_rate": -0.02, "similar_to_default": -0.4, "contact": 1.5,
+           "swing_feet_z": 4.0}  # fmt: skip
+"""UniLab's FlashSAC example's reward weights (task/go2_joystick_flat/mujoco.yaml)"""
+
+
+def unilab_terms(model, d, cmd, action, last_act, phase) -> dict[str, float]:
+    """UniLab's nine reward terms written out on a plain MjData after the step, feet phases `phase`."""
+    home = model.keyframe("home").qpos[7:]
+    lin, gyro = sensor(model, d, "local_linvel"), sensor(model, d, "gyro")
+    contact = [sensor(model, d, f"{f}_foot_contact")[0] > 0.1 for f in FEET]
+    feet_z = [sensor(model, d, f"{f}_pos")[2] for f in FEET]
+    return {
+        "tracking_lin_vel": np.exp(-((cmd[0] - lin[0]) ** 2 + (cmd[1] - lin[1]) ** 2) / 0.5),
+        "tracking_ang_vel": np.exp(-((cmd[2] - gyro[2]) ** 2) / 0.5),
+        "lin_vel_z": lin[2] ** 2,
+        "ang_vel_xy": gyro[0] ** 2 + gyro[1] ** 2,
+        "base_height": (d.qpos[2] - 0.3) ** 2,
+        "action_rate": np.sum((action - last_act) ** 2),
+        "similar_to_default": np.sum(np.abs(d.qpos[7:] - home)),
+        "contact": np.mean([contact[i] == (phase[i] < 0.6) for i in range(4)]),
+        "swing_feet_z": np.mean([np.exp(-((feet_z[i] - 0.1) ** 2) / 0.01) * (phase[i] >= 0.6) for i in range(4)]),
+    }
+
+
+@pytest.mark.parametrize("phase_before", [0.60, 0.52], ids=["two_feet_swinging", "all_in_stance"])
+def test_each_reward_term_matches_unilabs_formula_on_a_constructed_state(phase_before):
     rng = np.random.default_rng(3)
     with make(2) as env:
         model = env.model
-        home = model.keyframe("home").qpos[7:]
         qpos, qvel = start_state(model, rng)
         env.set_physics_state(np.tile(qpos, (2, 1)), np.tile(qvel, (2, 1)))
         command = np.array([[0.7, -0.3, 0.4], [-0.2, 0.1, -0.6]])
         last_act = rng.uniform(-1, 1, (2, 12))
-        env.command, env.last_act, env.gait_phase = command, last_act, np.float32(0.60)
+        env.command, env.last_act, env.gait_phase = command, last_act, np.float32(phase_before)
         action = np.tile(rng.uniform(-1, 1, 12), (2, 1))  # both rows reach the same physics
         state = env.step(action)
         terms = {k: v / REWARD_SCALES[k] for k, v in state.info["reward_terms"].items()}
         reward = state.reward
     d = plain_step(model, qpos, qvel, action[0])
-    lin, gyro = sensor(model, d, "local_linvel"), sensor(model, d, "gyro")
-    contact = np.array([sensor(model, d, f"{f}_foot_contact")[0] > 0.1 for f in FEET])
-    feet_z = np.array([sensor(model, d, f"{f}_pos")[2] for f in FEET])
-    phase = (0.60 + 0.02 * 2.0 + np.array([0.0, 0.5, 0.5, 0.0])) % 1.0  # (0.64, 0.14, 0.14, 0.64)
-    stance, swing = phase < 0.6, phase >= 0.6
-    weights = {"tracking_lin_vel": 1.0, "tracking_ang_vel": 0.2, "lin_vel_z": -5.0, "ang_vel_xy": -0.1,
-               "base_height": -20.0, "action_rate": -0.02, "similar_to_default": -0.4, "contact": 1.5,
-               "swing_feet_z": 4.0}  # fmt: skip
+    phase = (phase_before + 0.02 * 2.0 + np.array([0.0, 0.5, 0.5, 0.0])) % 1.0  # after this step's advance
+    assert REWARD_SCALES == WEIGHTS
     for row in range(2):
-        cmd = command[row]
-        want = {
-            "tracking_lin_vel": np.exp(-((cmd[0] - lin[0]) ** 2 + (cmd[1] - lin[1]) ** 2) / 0.5),
-            "tracking_ang_vel": np.exp(-((cmd[2] - gyro[2]) ** 2) / 0.5),
-            "lin_vel_z": lin[2] ** 2,
-            "ang_vel_xy": gyro[0] ** 2 + gyro[1] ** 2,
-            "base_height": (d.qpos[2] - 0.3) ** 2,
-            "action_rate": np.sum((action[row] - last_act[row]) ** 2),
-            "similar_to_default": np.sum(np.abs(d.qpos[7:] - home)),
-            "contact": np.mean([contact[i] == stance[i] for i in range(4)]),
-            "swing_feet_z": np.mean([np.exp(-((feet_z[i] - 0.1) ** 2) / 0.01) * swing[i] for i in range(4)]),
-        }
-        assert set(terms) == set(want) and REWARD_SCALES == weights
+        want = unilab_terms(model, d, command[row], action[row], last_act[row], phase)
+        assert set(terms) == set(want)
         for k, v in want.items():
             np.testing.assert_allclose(terms[k][row], v, rtol=1e-9, atol=1e-12, err_msg=k)
-        total = sum(v * weights[k] for k, v in want.items()) * 0.02
+        total = sum(v * WEIGHTS[k] for k, v in want.items()) * 0.02
         np.testing.assert_allclose(reward[row], total, rtol=1e-5, atol=1e-7)
-    assert contact.any() and not contact.all()  # the state exercises both sides of the contact term
-    assert 0 < want["contact"] < 1 and want["swing_feet_z"] > 1e-3
+    # the state exercises the gait terms: three feet down, the contact match away from 1/2
+    contact = [sensor(model, d, f"{f}_foot_contact")[0] > 0.1 for f in FEET]
+    assert sum(contact) == 3 and want["contact"] in (0.25, 0.75)
+    assert (want["swing_feet_z"] > 1e-3) == (phase_before == 0.60)
     # the sum: weighted, times dt, never clipped (a sum below zero stays below zero)
-    ones = {k: np.ones(1) for k in weights}
-    total, weighted = combine(ones, 0.02)
-    np.testing.assert_allclose(total, [sum(weights.values()) * 0.02])
+    total, weighted = combine({k: np.ones(1) for k in WEIGHTS}, 0.02)
+    np.testing.assert_allclose(total, [sum(WEIGHTS.values()) * 0.02])
     assert total[0] < 0 and weighted["base_height"][0] == -20.0
 
 
@@ -155,15 +164,18 @@ def test_observations_layout_current_action_and_the_privileged_linear_velocity()
         a1, a2 = rng.uniform(-1, 1, (2, 12)), rng.uniform(-1, 1, (2, 12))
         s1 = env.step(a1)
         actor, critic = s1.obs["actor"][0], s1.obs["critic"][0]
+        q1, v1 = env.physics_qpos_qvel(0)  # joints after the step (plain MuJoCo's within the solver's tolerance)
         np.testing.assert_allclose(s1.obs["actor"][:, 30:42], a1, rtol=1e-6)  # the action this step applied
         s2 = env.step(a2)
         np.testing.assert_allclose(s2.obs["actor"][:, 30:42], a2, rtol=1e-6)
     d = plain_step(model, qpos, qvel, a1[0])
     phase = (0.04 + np.array([0.0, 0.5, 0.5, 0.0])) % 1.0
+    # the named sensors come from the last substep's forward pass, the same state in both
     want_actor = np.concatenate(
-        [sensor(model, d, "gyro"), -sensor(model, d, "upvector"), d.qpos[7:] - home, d.qvel[6:], a1[0], command[0], phase]
+        [sensor(model, d, "gyro"), -sensor(model, d, "upvector"), q1[7:] - home, v1[6:], a1[0], command[0], phase]
     )  # fmt: skip
     np.testing.assert_allclose(actor, want_actor, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(q1, d.qpos, atol=1e-5)
     np.testing.assert_array_equal(critic[:49], actor)
     np.testing.assert_allclose(critic[49:], sensor(model, d, "local_linvel"), rtol=1e-5, atol=1e-6)
 
