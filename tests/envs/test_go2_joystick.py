@@ -295,7 +295,8 @@ def test_randomisation_draws_each_envs_gains_mass_and_com_within_unilabs_ranges(
         base = f[0]["base"]
         kp, kd = np.array([x["kp"] for x in f]), np.array([x["kd"] for x in f])
         np.testing.assert_array_equal(kp, np.array([x["kp_bias"] for x in f]))
-        assert np.all((31.5 <= kp) & (kp <= 38.5)) and kp.std(axis=0).min() > 1.0  # per actuator
+        assert np.all((31.5 <= kp) & (kp <= 38.5)) and kp.std(axis=0).min() > 1.0
+        assert kp.std(axis=1).min() > 0.5 and kd.std(axis=1).min() > 0.005  # drawn per actuator
         assert np.all((0.45 <= kd) & (kd <= 0.55)) and kd.std(axis=0).min() > 0.015
         np.testing.assert_array_equal(env.pool.get_model(0).dof_damping, nominal.dof_damping)  # joint damping stays
         mass = np.array([x["mass"] for x in f])
