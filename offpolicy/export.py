@@ -6,7 +6,8 @@ The ONNX graph takes the raw actor observation (`obs`, float32, [batch, obs_dim]
 `action`: the deterministic action (tanh of the Gaussian mean) mapped from [-1, 1] to the env's action bounds,
 the action `offpolicy.eval` sends to the env. Observation normalisation is inside: FastSAC's running
 mean/std normaliser, FlashSAC's BatchNorm on its running statistics. Where the task maps actions to joint
-position targets (`go1_joystick_flat`: home pose + 0.5 x action), a second output `joint_targets` holds them.
+position targets (its env's `deploy_description()`: e.g. `go1_joystick_flat`, home pose + 0.5 x action), a
+second output `joint_targets` holds them.
 The weights are those evaluation acts with (`eval_actor`): the averaged actor when the run had
 `algo.policy_ema` on. It is traced on the CPU in float32 with the TorchScript exporter.
 
@@ -42,33 +43,11 @@ OPSET = 17
 def deploy_layout(env: Any) -> dict[str, Any]:
     """What a task declares beyond its spec for a robot-side loop (observation layout, joint targets, gains).
 
-    Empty for tasks whose actions go to the simulator as they are.
+    The env's own `deploy_description()` where it has one (the joystick tasks); empty for tasks whose
+    actions go to the simulator as they are.
     """
-    if env.spec.name != "go1_joystick_flat":
-        return {}
-    from envs.locomotion import go1_joystick as go1
-
-    m = env.model
-    joints = [m.joint(int(m.actuator_trnid[i, 0])).name for i in range(m.nu)]
-    nu = m.nu
-    layout = [
-        ("local_linvel", 3),
-        ("gyro", 3),
-        ("gravity", 3),
-        ("joint_pos_minus_default", nu),
-        ("joint_vel", nu),
-        ("last_action", nu),
-        ("command", 3),
-    ]
-    return {
-        "observation_layout": [{"name": name, "size": size} for name, size in layout],
-        "joint_names": joints,
-        "default_joint_positions": env.layout.default_pose.astype(float).tolist(),
-        "action_scale": float(go1.ACTION_SCALE),
-        "kp": float(go1.KP),
-        "kd": float(go1.KD),
-        "sim_dt": float(m.opt.timestep),
-    }
+    describe = getattr(env, "deploy_description", None)
+    return describe() if callable(describe) else {}
 
 
 def deployed_policy(actor: Any, low: np.ndarray, high: np.ndarray, layout: dict[str, Any]) -> Any:

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from envs.locomotion.go1_joystick import Go1JoystickFlat
+from envs.locomotion.go2_joystick import Go2JoystickFlat
 
-TASKS = {task.name: task for task in (Go1JoystickFlat,)}
+TASKS = {task.name: task for task in (Go1JoystickFlat, Go2JoystickFlat)}

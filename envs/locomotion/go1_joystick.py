@@ -58,25 +58,28 @@ observation is handed out, as for the other MuJoCo tasks.
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
-from mujoco_uni.batch_env import BatchEnvPool
 
-from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
-from envs.mujoco.np_env import resolve_cpu_ids
-from envs.mujoco.task import MujocoTask, rows_finite
+from envs.core import ACTOR_OBS_KEY, NpEnv
+from envs.locomotion.common import (
+    CRITIC_OBS_KEY,
+    JoystickEnv,
+    gravity_in_frame,
+    sensor_columns,
+    turned_by_yaw,
+)
+from envs.locomotion.common import TRACKING_TERMS as TRACKING_TERMS  # re-exported: the tracking tests read them
+from envs.locomotion.common import tracking_values as tracking_values
+from envs.mujoco.task import MujocoTask
 from envs.options import Flag, Option, Real
-from envs.tracking import EpisodeTracking
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "go1"
 SCENE_XML = ASSETS / "scene_mjx_feetonly_flat_terrain.xml"
-CRITIC_OBS_KEY = "critic"
 FEET = ("FR", "FL", "RR", "RL")
 """foot sites and geoms in Playground's order (`go1_constants.FEET_SITES`)"""
 KP, KD = 35.0, 0.5
@@ -107,10 +110,6 @@ REWARD_SCALES = {
     "feet_slip": -0.1,
     "feet_air_time": 0.1,
 }
-CARRY = ("last_act", "last_last_act", "feet_air_time", "swing_peak", "last_contact")
-"""what the task carries from step to step besides the command, zero at an episode's start"""
-TRACKING_TERMS = ("lin_vel_error", "yaw_rate_error", "command_speed")
-"""what `tracking_values` returns per step, in its column order"""
 RANDOMIZATIONS = (
     "randomize_floor_friction",
     "randomize_joint_friction",
@@ -177,9 +176,7 @@ class Layout:
 
     def __init__(self, m: mujoco.MjModel) -> None:
         def cols(name: str) -> slice:
-            sid = m.sensor(name).id
-            adr = int(m.sensor_adr[sid])
-            return slice(adr, adr + int(m.sensor_dim[sid]))
+            return sensor_columns(m, name)
 
         self.gyro, self.local_linvel, self.accelerometer = cols("gyro"), cols("local_linvel"), cols("accelerometer")
         self.upvector, self.orientation = cols("upvector"), cols("orientation")
@@ -195,12 +192,6 @@ class Layout:
         self.soft_lowers, self.soft_uppers = lowers * SOFT_LIMIT_FACTOR, uppers * SOFT_LIMIT_FACTOR
         self.floor_geom = m.geom("floor").id
         self.torso_body = m.body("trunk").id
-
-
-def gravity_in_frame(quat: np.ndarray) -> np.ndarray:
-    """(n, 3) world gravity direction (0, 0, -1) in the frame of unit quaternions (w, x, y, z): -R^T e_z."""
-    w, x, y, z = quat.T
-    return -np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1)
 
 
 def physics(layout: Layout, state: np.ndarray, sensordata: np.ndarray, nq: int, nv: int) -> dict[str, np.ndarray]:
@@ -260,13 +251,6 @@ def combine(terms: dict[str, np.ndarray], dt: float) -> tuple[np.ndarray, dict[s
     return np.clip(sum(weighted.values()) * dt, 0.0, 10000.0), weighted
 
 
-def tracking_values(p: dict[str, np.ndarray], command: np.ndarray) -> np.ndarray:
-    """(rows, 3) per-step `TRACKING_TERMS`: |v_xy - cmd_xy|, |omega_z - cmd_yaw|, |cmd_xy| (body frame)."""
-    lin = np.linalg.norm(p["local_linvel"][:, :2] - command[:, :2], axis=1)
-    yaw = np.abs(p["gyro"][:, 2] - command[:, 2])
-    return np.stack([lin, yaw, np.linalg.norm(command[:, :2], axis=1)], axis=1)
-
-
 def sample_command(rng: np.random.Generator, current: np.ndarray) -> np.ndarray:
     """Playground's `sample_command`: each component redrawn with probability 1/2 (zero w.p. 1 - keep), else kept."""
     n = current.shape[0]
@@ -279,80 +263,31 @@ def steps_until_command(rng: np.random.Generator, n: int, dt: float) -> np.ndarr
     return np.round(rng.exponential(CMD_MEAN_SECONDS, size=n) / dt).astype(np.int64)
 
 
-class Go1JoystickEnv(NpEnv):
+class Go1JoystickEnv(JoystickEnv):
     """`Go1JoystickFlat` over a `BatchEnvPool` with one model per env (domain randomisation) and auto-reset."""
 
-    def __init__(
-        self,
-        task: Go1JoystickFlat,
-        num_envs: int,
-        seed: int = 0,
-        nthread: int | None = None,
-        cpu_ids: Sequence[int] | None = None,
-    ) -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        ids, nthread = resolve_cpu_ids(cpu_ids, nthread)
-        self.task, self.num_envs = task, num_envs
-        self.model = task.build_model()
-        m = self.model
-        self.pool = BatchEnvPool(m, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
-        # a new episode's sensors as after Playground's `mj_forward` with the controls at the home pose, where
-        # the actuators exert no force: the pool's reset keeps a worker's stale controls, so it runs without them
-        reset_model = task.build_model()
-        reset_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
-        self.reset_pool = BatchEnvPool(reset_model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
-        self.layout = Layout(m)
-        self.rng = np.random.Generator(np.random.PCG64(seed))
-        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
-        self.nstate = self.pool.nstate
-        self.frame_skip = task.frame_skip
-        self.dt = float(m.opt.timestep) * task.frame_skip
-        self.noise_level = float(task.cfg["noise_level"])
-        self.nominal = {
-            "geom_friction": m.geom_friction.copy(),
-            "dof_frictionloss": m.dof_frictionloss.copy(),
-            "dof_armature": m.dof_armature.copy(),
-            "body_ipos": m.body_ipos.copy(),
-            "body_mass": m.body_mass.copy(),
-            "qpos0": m.qpos0.copy(),
+    obs_dims: ClassVar[dict[str, int]] = {ACTOR_OBS_KEY: 48, CRITIC_OBS_KEY: 123}
+    nominal_fields: ClassVar[tuple[str, ...]] = (
+        "geom_friction",
+        "dof_frictionloss",
+        "dof_armature",
+        "body_ipos",
+        "body_mass",
+        "qpos0",
+    )
+
+    def make_layout(self, m: mujoco.MjModel) -> Layout:
+        return Layout(m)
+
+    def carry_shapes(self) -> dict[str, tuple[int, type]]:
+        nu = self.model.nu
+        return {
+            "last_act": (nu, np.float64),
+            "last_last_act": (nu, np.float64),
+            "feet_air_time": (4, np.float64),
+            "swing_peak": (4, np.float64),
+            "last_contact": (4, bool),
         }
-        half = 0.5 * float(m.opt.timestep)
-        self._min_advance, self._max_advance = self.dt - half, self.dt + half
-        n = num_envs
-        self._state = np.zeros((n, self.nstate))
-        self._sensordata = np.zeros((n, m.nsensordata))
-        self._warmstart = np.zeros((n, self.nv))
-        self.command = np.zeros((n, 3))
-        self.steps_until_next_cmd = np.zeros(n, dtype=np.int64)
-        self.last_act = np.zeros((n, self.nu))
-        self.last_last_act = np.zeros((n, self.nu))
-        self.feet_air_time = np.zeros((n, 4))
-        self.last_contact = np.zeros((n, 4), dtype=bool)
-        self.swing_peak = np.zeros((n, 4))
-        self._episode_length = np.zeros(n, dtype=np.int64)
-        self._episode_return = np.zeros(n)
-        self.seed = int(seed)
-        self.row_episodes = np.zeros(n, dtype=np.int64)
-        """episodes started on each row since `reset` or `reset_rows` (keys its command generator)"""
-        self.command_rngs: list[np.random.Generator] = [self.rng] * n
-        self.tracking = EpisodeTracking(n, TRACKING_TERMS, self.dt)
-        self._obs: dict[str, np.ndarray] = {}
-        self._pending: NpEnvState | None = None
-        self.physics_failures_total = 0
-        self.last_step_timing: tuple[int, int, int, int] | None = None
-        ones = np.ones(self.nu, dtype=np.float32)
-        self.spec = EnvSpec(
-            name=task.name,
-            num_envs=n,
-            obs_dims={ACTOR_OBS_KEY: 48, CRITIC_OBS_KEY: 123},
-            action_dim=self.nu,
-            action_low=-ones,
-            action_high=ones,
-            dt=self.dt,
-            max_episode_steps=task.max_episode_steps,
-            tracking_terms=TRACKING_TERMS,
-        )
 
     # --- episodes ----------------------------------------------------------------
     def initial_states(self, n: int) -> np.ndarray:
@@ -362,11 +297,7 @@ class Go1JoystickEnv(NpEnv):
         qpos = np.tile(layout.home_qpos, (n, 1))
         qpos[:, :2] += self.rng.uniform(-0.5, 0.5, size=(n, 2))
         yaw = self.rng.uniform(-3.14, 3.14, size=n)
-        turn = np.stack([np.cos(yaw / 2), np.zeros(n), np.zeros(n), np.sin(yaw / 2)], axis=1)
-        quat = np.empty((n, 4))
-        for i in range(n):  # cold path: one quaternion product per new episode
-            mujoco.mju_mulQuat(quat[i], qpos[i, 3:7], turn[i])
-        qpos[:, 3:7] = quat
+        qpos[:, 3:7] = turned_by_yaw(qpos[:, 3:7], yaw)
         states = np.zeros((n, self.nstate))
         states[:, 1 : 1 + self.nq] = qpos
         states[:, 1 + self.nq : 1 + self.nq + 6] = self.rng.uniform(-0.5, 0.5, size=(n, 6))
@@ -407,48 +338,6 @@ class Go1JoystickEnv(NpEnv):
             written["qpos0"] = qpos0
         return patched, written
 
-    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
-        """New episodes on `env_ids`: model fields, physics state, sensors, command and the task's carry."""
-        self._finish_pending()
-        n = len(env_ids)
-        if states is None:
-            states = self.initial_states(n)
-        patched, written = self.randomization(n)
-        for pool in (self.pool, self.reset_pool):
-            models = pool.get_model(env_ids.tolist())
-            for field, values in written.items():
-                for model, row in zip(models, values, strict=True):
-                    getattr(model, field)[:] = row
-        self.pool.reset(env_ids, states, randomization=dict(patched) or None, skipsensor=True)
-        states, sensordata = self.reset_pool.reset(env_ids, states, randomization=dict(patched) or None)
-        self._warmstart = self._warmstart.copy()
-        self._warmstart[env_ids] = 0.0
-        self._state = self._state.copy()
-        self._sensordata = self._sensordata.copy()
-        self._state[env_ids] = states
-        self._sensordata[env_ids] = sensordata
-        # new arrays, never writes into old ones: a deferred reward may still hold them
-        fresh = self._first_commands(env_ids)
-        for name in ("command", "steps_until_next_cmd", *CARRY):
-            values = getattr(self, name).copy()
-            values[env_ids] = fresh.get(name, 0)
-            setattr(self, name, values)
-        self._episode_length[env_ids] = 0
-        self._episode_return[env_ids] = 0.0
-        self.tracking.reset(env_ids)
-
-    def _first_commands(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Each new episode's own command generator, its first command and the steps until the next one."""
-        command = np.empty((len(env_ids), 3))
-        steps = np.empty(len(env_ids), dtype=np.int64)
-        for i, row in enumerate(env_ids):  # cold path: one generator per new episode
-            rng = np.random.Generator(np.random.PCG64([self.seed, int(row), int(self.row_episodes[row])]))
-            self.command_rngs[row] = rng
-            command[i] = rng.uniform(-CMD_AMPLITUDE, CMD_AMPLITUDE)
-            steps[i] = steps_until_command(rng, 1, self.dt)[0]
-        self.row_episodes[env_ids] += 1
-        return {"command": command, "steps_until_next_cmd": steps}
-
     def _noisy(self, x: np.ndarray, key: str) -> np.ndarray:
         return x + (2 * self.rng.random(x.shape) - 1) * (self.noise_level * NOISE_SCALES[key])
 
@@ -486,177 +375,70 @@ class Go1JoystickEnv(NpEnv):
         )
         return {ACTOR_OBS_KEY: actor.astype(np.float32), CRITIC_OBS_KEY: critic.astype(np.float32)}
 
-    def _physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+    def first_command(self, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """Uniform in +-CMD_AMPLITUDE; the next after an exponential time."""
+        return rng.uniform(-CMD_AMPLITUDE, CMD_AMPLITUDE), int(steps_until_command(rng, 1, self.dt)[0])
+
+    def next_command(self, rng: np.random.Generator, current: np.ndarray) -> tuple[np.ndarray, int]:
+        """Playground's `sample_command`, then a new exponential time."""
+        return sample_command(rng, current[None])[0], int(steps_until_command(rng, 1, self.dt)[0])
+
+    def physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
         return physics(self.layout, self._state[rows], self._sensordata[rows], self.nq, self.nv)
 
-    # --- contract ------------------------------------------------------------------
-    def reset(self) -> NpEnvState:
-        self.row_episodes[:] = 0
-        self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
-        return self._first_state()
+    def controls(self, actions: np.ndarray) -> np.ndarray:
+        """Targets = home pose + 0.5 x action (the actuators are in joint order)."""
+        return self.layout.default_pose + ACTION_SCALE * actions
 
-    def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
-        env_ids = np.asarray(env_ids, dtype=np.int32)
-        self.row_episodes[env_ids] = 0  # an evaluation starting on these rows sees the same commands every time
-        self._reset_rows(env_ids)
-        first = self.observe(self._physics(env_ids), env_ids)
-        for key, value in first.items():
-            self._obs[key][env_ids] = value
-        return first
-
-    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
-        """Start every env at the given (qpos, qvel) rows, time 0 (tests and parity checks)."""
-        states = np.zeros((self.num_envs, self.nstate))
-        states[:, 1 : 1 + self.nq] = qpos
-        states[:, 1 + self.nq : 1 + self.nq + self.nv] = qvel
-        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), states)
-        return self._first_state()
-
-    def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-        """Copies of (qpos, qvel) of `rows` as of the last `reset`/`step` (rendering)."""
-        return self._state[rows, 1 : 1 + self.nq].copy(), self._state[rows, 1 + self.nq : 1 + self.nq + self.nv].copy()
-
-    def _first_state(self) -> NpEnvState:
-        self._obs = self.observe(self._physics())
-        n = self.num_envs
-        return NpEnvState(
-            obs=self._obs,
-            reward=np.zeros(n, dtype=np.float32),
-            terminated=np.zeros(n, dtype=bool),
-            truncated=np.zeros(n, dtype=bool),
-            info={"final_obs": self._obs, "physics_failures": 0},
-        )
-
-    def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Run the pool one control step at the motor targets; (state, sensordata, failed rows)."""
-        targets = self.layout.default_pose + ACTION_SCALE * actions
-        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
-        prev_time = self._state[:, 0]
-        state, warm, h = self._state, self._warmstart, float(self.model.opt.timestep)
-        qv = slice(1 + self.nq, 1 + self.nq + self.nv)
-        # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
-        # Euler step's velocity change over h) is carried across control steps as plain mj_step calls carry it
-        for k in range(self.frame_skip):
-            ctrl = np.ascontiguousarray(control[:, k : k + 1])
-            qvel_before = state[:, qv]
-            state, sensordata = self.pool.step(
-                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
-            )
-            warm = (state[:, qv] - qvel_before) / h
-        self._warmstart = warm
-        advanced = state[:, 0] - prev_time
-        failed = (advanced < self._min_advance) | (self._max_advance < advanced) | ~rows_finite(state)
-        return state, sensordata, failed
-
-    def step(self, actions: np.ndarray) -> NpEnvState:
-        """One control step (Playground's `Joystick.step`); the reward is computed on first read."""
-        self._finish_pending()
-        actions = np.array(actions, dtype=np.float64)
-        if actions.shape != (self.num_envs, self.nu):
-            raise ValueError(f"actions must have shape {(self.num_envs, self.nu)}, got {actions.shape}")
-        prev_obs = self._obs
-        pool_start = time.perf_counter_ns()
-        state, sensordata, failed = self._advance(actions)
-        pool_end = time.perf_counter_ns()
-        self._state, self._sensordata = state, sensordata
-        p = self._physics()
+    def step_inputs(self, p: dict[str, np.ndarray], actions: np.ndarray) -> dict[str, np.ndarray]:
+        """First contacts, then the air time and swing peak the observation and the reward read."""
         contact = p["contact"]
         first_contact = (self.feet_air_time > 0) & (contact | self.last_contact)
         self.feet_air_time = self.feet_air_time + self.dt
         self.swing_peak = np.maximum(self.swing_peak, p["feet_z"])
-        obs = self.observe(p)
-        terminated = (p["upvector"][:, 2] < 0.0) & ~failed
-        carry = {
+        return {
             "command": self.command,
             "action": actions,
             "last_act": self.last_act,
             "feet_air_time": self.feet_air_time,
             "swing_peak": self.swing_peak,
             "first_contact": first_contact,
-            "terminated": terminated,
         }
-        self._advance_carry(actions, contact)
-        self._episode_length += 1
-        truncated = ((self._episode_length >= self.task.max_episode_steps) & ~terminated) | failed
-        n_failed = int(np.count_nonzero(failed))
-        if n_failed:
-            self.physics_failures_total += n_failed
-            for key in obs:
-                obs[key][failed] = prev_obs[key][failed]
-        info: dict[str, Any] = {
-            "physics_failures": n_failed,
-            "physics_failed": failed,
-            "episode_length": self._episode_length.copy(),
-        }
-        reset_start = time.perf_counter_ns()
-        done_ids = np.flatnonzero(terminated | truncated).astype(np.int32)
-        final_obs = obs
-        ended = (self._episode_return[done_ids].copy(), self.tracking.ended(done_ids), info["episode_length"])
-        if done_ids.size:
-            final_obs = {k: v.copy() for k, v in obs.items()}
-            self._reset_rows(done_ids)
-            for key, value in self.observe(self._physics(done_ids), done_ids).items():
-                obs[key][done_ids] = value
-        self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
-        self._obs = obs
-        info["final_obs"] = final_obs
-        finish = functools.partial(self._rewards, p, carry, failed if n_failed else None, done_ids, ended)
-        result = NpEnvState(obs=obs, reward=None, terminated=terminated, truncated=truncated, info=info, finish=finish)
-        self._pending = result
-        return result
 
-    def _advance_carry(self, actions: np.ndarray, contact: np.ndarray) -> None:
-        """After the reward's inputs are taken: the action history, command resampling, air time and swing peak
-        (new arrays, so the deferred reward keeps the ones it was given)."""
+    def fell(self, p: dict[str, np.ndarray]) -> np.ndarray:
+        """Playground's `_get_termination`: the IMU z axis points down."""
+        return p["upvector"][:, 2] < 0.0
+
+    def advance_carry(self, actions: np.ndarray, p: dict[str, np.ndarray]) -> None:
+        """The action history, air time and swing peak (new arrays, so the deferred reward keeps the ones it
+        was given)."""
+        contact = p["contact"]
         self.last_last_act, self.last_act = self.last_act, actions
-        self.steps_until_next_cmd = self.steps_until_next_cmd - 1
-        due = np.flatnonzero(self.steps_until_next_cmd <= 0)
-        if due.size:  # each row from its own generator; a terminated row gets a new episode's command anyway
-            self.command, self.steps_until_next_cmd = self.command.copy(), self.steps_until_next_cmd.copy()
-            for row in due:
-                rng = self.command_rngs[row]
-                self.command[row] = sample_command(rng, self.command[row : row + 1])[0]
-                self.steps_until_next_cmd[row] = steps_until_command(rng, 1, self.dt)[0]
         self.feet_air_time = self.feet_air_time * ~contact
         self.last_contact = contact
         self.swing_peak = self.swing_peak * ~contact
 
-    def _rewards(
-        self,
-        p: dict[str, np.ndarray],
-        carry: dict[str, np.ndarray],
-        failed: np.ndarray | None,
-        done_ids: np.ndarray,
-        ended: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """The deferred part of a step: reward terms, reward, running and finished episodes' returns and
-        tracking sums (`ended`: the ended rows' return and tracking sums before their reset, the step's
-        episode lengths)."""
-        ended_return, ended_tracking, episode_length = ended
-        terms = reward_terms(self.layout, p, carry)
-        reward, weighted = combine(terms, self.dt)
-        if failed is not None:  # a failed step earns nothing
-            reward = np.where(failed, 0.0, reward)
-            weighted = {k: np.where(failed, 0.0, v) for k, v in weighted.items()}
-        self._episode_return += reward
-        episode_return = self._episode_return.copy()
-        if done_ids.size:
-            episode_return[done_ids] = ended_return + reward[done_ids]
-            self._episode_return[done_ids] = 0.0
-        counted = np.ones(self.num_envs, dtype=bool) if failed is None else ~failed
-        tracking = self.tracking.add(
-            tracking_values(p, carry["command"]), episode_length, counted, done_ids, ended_tracking
-        )
-        info = {"reward_terms": weighted, "episode_return": episode_return, "episode_tracking": tracking}
-        return reward.astype(np.float32), info
+    def reward(self, p: dict[str, np.ndarray], carry: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+        return combine(reward_terms(self.layout, p, carry), self.dt)
 
-    def _finish_pending(self) -> None:
-        if self._pending is not None:
-            self._pending.complete()
-            self._pending = None
-
-    def close(self) -> None:
-        for name in ("pool", "reset_pool"):
-            if getattr(self, name, None) is not None:
-                getattr(self, name).close()
-                setattr(self, name, None)
+    def deploy_description(self) -> dict[str, Any]:
+        """What a robot-side loop needs beyond the spec: observation layout, joint targets and PD gains."""
+        m, nu = self.model, self.model.nu
+        layout = [
+            ("local_linvel", 3),
+            ("gyro", 3),
+            ("gravity", 3),
+            ("joint_pos_minus_default", nu),
+            ("joint_vel", nu),
+            ("last_action", nu),
+            ("command", 3),
+        ]
+        return {
+            "observation_layout": [{"name": name, "size": size} for name, size in layout],
+            "joint_names": [m.joint(int(m.actuator_trnid[i, 0])).name for i in range(nu)],
+            "default_joint_positions": self.layout.default_pose.astype(float).tolist(),
+            "action_scale": float(ACTION_SCALE),
+            "kp": float(KP),
+            "kd": float(KD),
+            "sim_dt": float(m.opt.timestep),
+        }

@@ -1,0 +1,397 @@
+"""What the joystick (velocity-command) locomotion tasks share on the CPU pool.
+
+`JoystickEnv` is the batched env of such a task: one pool model per env (domain randomisation drawn
+at every episode start), a second pool that evaluates a new episode's sensors without actuation,
+control steps run one substep per pool call so MuJoCo's solver warm start carries across them,
+commands drawn per row from a generator of its own, rewards and tracking sums deferred to first
+read (`NpEnvState`), and auto-reset. A task's env subclasses it and fills in the hooks: its layout,
+reset distribution, randomisation, commands, physics view, observation, reward, termination and
+the state it carries from step to step.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+from mujoco_uni.batch_env import BatchEnvPool
+
+from envs.core import EnvSpec, NpEnv, NpEnvState
+from envs.mujoco.np_env import resolve_cpu_ids
+from envs.mujoco.task import rows_finite
+from envs.tracking import EpisodeTracking
+
+CRITIC_OBS_KEY = "critic"
+TRACKING_TERMS = ("lin_vel_error", "yaw_rate_error", "command_speed")
+"""what `tracking_values` returns per step, in its column order"""
+
+
+def gravity_in_frame(quat: np.ndarray) -> np.ndarray:
+    """(n, 3) world gravity direction (0, 0, -1) in the frame of unit quaternions (w, x, y, z): -R^T e_z."""
+    w, x, y, z = quat.T
+    return -np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1)
+
+
+def sensor_columns(m: mujoco.MjModel, name: str) -> slice:
+    """Columns of sensor `name` in `sensordata`."""
+    sid = m.sensor(name).id
+    adr = int(m.sensor_adr[sid])
+    return slice(adr, adr + int(m.sensor_dim[sid]))
+
+
+def turned_by_yaw(quat: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """(n, 4) each quaternion times a turn by `yaw` about z (the turn in the body's frame)."""
+    n = len(yaw)
+    turn = np.stack([np.cos(yaw / 2), np.zeros(n), np.zeros(n), np.sin(yaw / 2)], axis=1)
+    out = np.empty((n, 4))
+    for i in range(n):  # cold path: one quaternion product per new episode
+        mujoco.mju_mulQuat(out[i], quat[i], turn[i])
+    return out
+
+
+def tracking_values(p: dict[str, np.ndarray], command: np.ndarray) -> np.ndarray:
+    """(rows, 3) per-step `TRACKING_TERMS`: |v_xy - cmd_xy|, |omega_z - cmd_yaw|, |cmd_xy| (body frame)."""
+    lin = np.linalg.norm(p["local_linvel"][:, :2] - command[:, :2], axis=1)
+    yaw = np.abs(p["gyro"][:, 2] - command[:, 2])
+    return np.stack([lin, yaw, np.linalg.norm(command[:, :2], axis=1)], axis=1)
+
+
+class JoystickEnv(NpEnv):
+    """A joystick task over a `BatchEnvPool` with one model per env and auto-reset (subclasses fill the hooks)."""
+
+    obs_dims: ClassVar[dict[str, int]]
+    """observation width per key (the actor's and the critic's)"""
+    nominal_fields: ClassVar[tuple[str, ...]]
+    """model fields the randomisation draws around (copied once from the built model)"""
+
+    def __init__(
+        self,
+        task: Any,
+        num_envs: int,
+        seed: int = 0,
+        nthread: int | None = None,
+        cpu_ids: Sequence[int] | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        ids, nthread = resolve_cpu_ids(cpu_ids, nthread)
+        self.task, self.num_envs = task, num_envs
+        self.model = task.build_model()
+        m = self.model
+        self.pool = BatchEnvPool(m, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        # a new episode's sensors with the controls at the default pose, where the actuators exert no
+        # force: the pool's reset keeps a worker's stale controls, so it runs without them
+        reset_model = task.build_model()
+        reset_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
+        self.reset_pool = BatchEnvPool(reset_model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        self.layout = self.make_layout(m)
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nstate = self.pool.nstate
+        self.frame_skip = task.frame_skip
+        self.dt = float(m.opt.timestep) * task.frame_skip
+        self.noise_level = float(task.cfg["noise_level"])
+        self.nominal = {name: getattr(m, name).copy() for name in self.nominal_fields}
+        half = 0.5 * float(m.opt.timestep)
+        self._min_advance, self._max_advance = self.dt - half, self.dt + half
+        n = num_envs
+        self._state = np.zeros((n, self.nstate))
+        self._sensordata = np.zeros((n, m.nsensordata))
+        self._warmstart = np.zeros((n, self.nv))
+        self.command = np.zeros((n, 3))
+        self.steps_until_next_cmd = np.zeros(n, dtype=np.int64)
+        self.carry_names = tuple(self.carry_shapes())
+        for name, (width, dtype) in self.carry_shapes().items():
+            setattr(self, name, np.zeros((n, width), dtype=dtype))
+        self._episode_length = np.zeros(n, dtype=np.int64)
+        self._episode_return = np.zeros(n)
+        self.seed = int(seed)
+        self.row_episodes = np.zeros(n, dtype=np.int64)
+        """episodes started on each row since `reset` or `reset_rows` (keys its command generator)"""
+        self.command_rngs: list[np.random.Generator] = [self.rng] * n
+        self.tracking = EpisodeTracking(n, TRACKING_TERMS, self.dt)
+        self._obs: dict[str, np.ndarray] = {}
+        self._pending: NpEnvState | None = None
+        self.physics_failures_total = 0
+        self.last_step_timing: tuple[int, int, int, int] | None = None
+        ones = np.ones(self.nu, dtype=np.float32)
+        self.spec = EnvSpec(
+            name=task.name,
+            num_envs=n,
+            obs_dims=dict(self.obs_dims),
+            action_dim=self.nu,
+            action_low=-ones,
+            action_high=ones,
+            dt=self.dt,
+            max_episode_steps=task.max_episode_steps,
+            tracking_terms=TRACKING_TERMS,
+        )
+
+    # --- hooks ---------------------------------------------------------------------
+    def make_layout(self, m: mujoco.MjModel) -> Any:
+        """Column indices and constants the task reads from the model (cold path)."""
+        raise NotImplementedError
+
+    def carry_shapes(self) -> dict[str, tuple[int, type]]:
+        """Per-row arrays (name: (width, dtype)) the task carries between steps, zero at an episode's start."""
+        raise NotImplementedError
+
+    def initial_states(self, n: int) -> np.ndarray:
+        """(n, nstate) physics states of new episodes, drawn with `self.rng`."""
+        raise NotImplementedError
+
+    def randomization(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(fields the pool's reset patches, fields written into the env's model) of `n` new episodes."""
+        raise NotImplementedError
+
+    def first_command(self, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """A new episode's command and the control steps until the next one."""
+        raise NotImplementedError
+
+    def next_command(self, rng: np.random.Generator, current: np.ndarray) -> tuple[np.ndarray, int]:
+        """The command that follows `current` and the control steps until the next one."""
+        raise NotImplementedError
+
+    def begin_step(self) -> None:
+        """A control step starts (its actions checked): clocks common to all rows advance here."""
+
+    def physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+        """Named quantities a step reads from the last state and sensors of `rows`."""
+        raise NotImplementedError
+
+    def _physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+        """`physics` under the private name the tracking-metric tests read it by."""
+        return self.physics(rows)
+
+    def observe(self, p: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+        """Observations of `rows` from their physics `p`."""
+        raise NotImplementedError
+
+    def controls(self, actions: np.ndarray) -> np.ndarray:
+        """(n, nu) actuator controls (motor targets, in actuator order) of the actions."""
+        raise NotImplementedError
+
+    def step_inputs(self, p: dict[str, np.ndarray], actions: np.ndarray) -> dict[str, np.ndarray]:
+        """The reward's inputs besides `p` (updating what the observation reads first)."""
+        raise NotImplementedError
+
+    def fell(self, p: dict[str, np.ndarray]) -> np.ndarray:
+        """(n,) bool: the episode terminates."""
+        raise NotImplementedError
+
+    def advance_carry(self, actions: np.ndarray, p: dict[str, np.ndarray]) -> None:
+        """After the reward's inputs are taken: the task's carry for the next step (new arrays)."""
+
+    def reward(self, p: dict[str, np.ndarray], carry: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+        """(reward, each term times its weight) of a step."""
+        raise NotImplementedError
+
+    def after_step(self, done_ids: np.ndarray) -> None:
+        """After the step's resets: changes to the state the next step starts from (pushes)."""
+
+    # --- episodes ----------------------------------------------------------------
+    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
+        """New episodes on `env_ids`: model fields, physics state, sensors, command and the task's carry."""
+        self._finish_pending()
+        n = len(env_ids)
+        if states is None:
+            states = self.initial_states(n)
+        patched, written = self.randomization(n)
+        for pool in (self.pool, self.reset_pool):
+            models = pool.get_model(env_ids.tolist())
+            for field, values in written.items():
+                for model, row in zip(models, values, strict=True):
+                    getattr(model, field)[:] = row
+        self.pool.reset(env_ids, states, randomization=dict(patched) or None, skipsensor=True)
+        states, sensordata = self.reset_pool.reset(env_ids, states, randomization=dict(patched) or None)
+        self._warmstart = self._warmstart.copy()
+        self._warmstart[env_ids] = 0.0
+        self._state = self._state.copy()
+        self._sensordata = self._sensordata.copy()
+        self._state[env_ids] = states
+        self._sensordata[env_ids] = sensordata
+        # new arrays, never writes into old ones: a deferred reward may still hold them
+        fresh = self._first_commands(env_ids)
+        for name in ("command", "steps_until_next_cmd", *self.carry_names):
+            values = getattr(self, name).copy()
+            values[env_ids] = fresh.get(name, 0)
+            setattr(self, name, values)
+        self._episode_length[env_ids] = 0
+        self._episode_return[env_ids] = 0.0
+        self.tracking.reset(env_ids)
+
+    def _first_commands(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Each new episode's own command generator, its first command and the steps until the next one."""
+        command = np.empty((len(env_ids), 3))
+        steps = np.empty(len(env_ids), dtype=np.int64)
+        for i, row in enumerate(env_ids):  # cold path: one generator per new episode
+            rng = np.random.Generator(np.random.PCG64([self.seed, int(row), int(self.row_episodes[row])]))
+            self.command_rngs[row] = rng
+            command[i], steps[i] = self.first_command(rng)
+        self.row_episodes[env_ids] += 1
+        return {"command": command, "steps_until_next_cmd": steps}
+
+    def _resample_due_commands(self) -> None:
+        """Count down each row's command time; redraw where it ran out (each row from its own generator)."""
+        self.steps_until_next_cmd = self.steps_until_next_cmd - 1
+        due = np.flatnonzero(self.steps_until_next_cmd <= 0)
+        if due.size:  # a terminated row gets a new episode's command anyway
+            self.command, self.steps_until_next_cmd = self.command.copy(), self.steps_until_next_cmd.copy()
+            for row in due:
+                self.command[row], self.steps_until_next_cmd[row] = self.next_command(
+                    self.command_rngs[row], self.command[row]
+                )
+
+    # --- contract ------------------------------------------------------------------
+    def reset(self) -> NpEnvState:
+        self.row_episodes[:] = 0
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32))
+        return self._first_state()
+
+    def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
+        env_ids = np.asarray(env_ids, dtype=np.int32)
+        self.row_episodes[env_ids] = 0  # an evaluation starting on these rows sees the same commands every time
+        self._reset_rows(env_ids)
+        first = self.observe(self.physics(env_ids), env_ids)
+        for key, value in first.items():
+            self._obs[key][env_ids] = value
+        return first
+
+    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
+        """Start every env at the given (qpos, qvel) rows, time 0 (tests and parity checks)."""
+        states = np.zeros((self.num_envs, self.nstate))
+        states[:, 1 : 1 + self.nq] = qpos
+        states[:, 1 + self.nq : 1 + self.nq + self.nv] = qvel
+        self._reset_rows(np.arange(self.num_envs, dtype=np.int32), states)
+        return self._first_state()
+
+    def physics_qpos_qvel(self, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of (qpos, qvel) of `rows` as of the last `reset`/`step` (rendering)."""
+        return self._state[rows, 1 : 1 + self.nq].copy(), self._state[rows, 1 + self.nq : 1 + self.nq + self.nv].copy()
+
+    def _first_state(self) -> NpEnvState:
+        self._obs = self.observe(self.physics())
+        n = self.num_envs
+        return NpEnvState(
+            obs=self._obs,
+            reward=np.zeros(n, dtype=np.float32),
+            terminated=np.zeros(n, dtype=bool),
+            truncated=np.zeros(n, dtype=bool),
+            info={"final_obs": self._obs, "physics_failures": 0},
+        )
+
+    def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run the pool one control step at the motor targets; (state, sensordata, failed rows)."""
+        targets = self.controls(actions)
+        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
+        prev_time = self._state[:, 0]
+        state, warm, h = self._state, self._warmstart, float(self.model.opt.timestep)
+        qv = slice(1 + self.nq, 1 + self.nq + self.nv)
+        # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
+        # Euler step's velocity change over h) is carried across control steps as plain mj_step calls carry it
+        for k in range(self.frame_skip):
+            ctrl = np.ascontiguousarray(control[:, k : k + 1])
+            qvel_before = state[:, qv]
+            state, sensordata = self.pool.step(
+                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
+            )
+            warm = (state[:, qv] - qvel_before) / h
+        self._warmstart = warm
+        return state, sensordata, self._failed_rows(prev_time, state)
+
+    def _failed_rows(self, prev_time: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """(n,) bool: the step did not advance time by one control step, or left a non-finite state."""
+        advanced = state[:, 0] - prev_time
+        return (advanced < self._min_advance) | (self._max_advance < advanced) | ~rows_finite(state)
+
+    def step(self, actions: np.ndarray) -> NpEnvState:
+        """One control step; the reward is computed on first read."""
+        self._finish_pending()
+        actions = np.array(actions, dtype=np.float64)
+        if actions.shape != (self.num_envs, self.nu):
+            raise ValueError(f"actions must have shape {(self.num_envs, self.nu)}, got {actions.shape}")
+        prev_obs = self._obs
+        self.begin_step()
+        pool_start = time.perf_counter_ns()
+        state, sensordata, failed = self._advance(actions)
+        pool_end = time.perf_counter_ns()
+        self._state, self._sensordata = state, sensordata
+        p = self.physics()
+        carry = self.step_inputs(p, actions)
+        obs = self.observe(p)
+        terminated = self.fell(p) & ~failed
+        carry["terminated"] = terminated
+        self._resample_due_commands()
+        self.advance_carry(actions, p)
+        self._episode_length += 1
+        truncated = ((self._episode_length >= self.task.max_episode_steps) & ~terminated) | failed
+        n_failed = int(np.count_nonzero(failed))
+        if n_failed:
+            self.physics_failures_total += n_failed
+            for key in obs:
+                obs[key][failed] = prev_obs[key][failed]
+        info: dict[str, Any] = {
+            "physics_failures": n_failed,
+            "physics_failed": failed,
+            "episode_length": self._episode_length.copy(),
+        }
+        reset_start = time.perf_counter_ns()
+        done_ids = np.flatnonzero(terminated | truncated).astype(np.int32)
+        final_obs = obs
+        ended = (self._episode_return[done_ids].copy(), self.tracking.ended(done_ids), info["episode_length"])
+        if done_ids.size:
+            final_obs = {k: v.copy() for k, v in obs.items()}
+            self._reset_rows(done_ids)
+            for key, value in self.observe(self.physics(done_ids), done_ids).items():
+                obs[key][done_ids] = value
+        self.after_step(done_ids)
+        self.last_step_timing = (pool_start, pool_end, reset_start, time.perf_counter_ns())
+        self._obs = obs
+        info["final_obs"] = final_obs
+        finish = functools.partial(self._rewards, p, carry, failed if n_failed else None, done_ids, ended)
+        result = NpEnvState(obs=obs, reward=None, terminated=terminated, truncated=truncated, info=info, finish=finish)
+        self._pending = result
+        return result
+
+    def _rewards(
+        self,
+        p: dict[str, np.ndarray],
+        carry: dict[str, np.ndarray],
+        failed: np.ndarray | None,
+        done_ids: np.ndarray,
+        ended: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The deferred part of a step: reward terms, reward, running and finished episodes' returns and
+        tracking sums (`ended`: the ended rows' return and tracking sums before their reset, the step's
+        episode lengths)."""
+        ended_return, ended_tracking, episode_length = ended
+        reward, weighted = self.reward(p, carry)
+        if failed is not None:  # a failed step earns nothing
+            reward = np.where(failed, 0.0, reward)
+            weighted = {k: np.where(failed, 0.0, v) for k, v in weighted.items()}
+        self._episode_return += reward
+        episode_return = self._episode_return.copy()
+        if done_ids.size:
+            episode_return[done_ids] = ended_return + reward[done_ids]
+            self._episode_return[done_ids] = 0.0
+        counted = np.ones(self.num_envs, dtype=bool) if failed is None else ~failed
+        tracking = self.tracking.add(
+            tracking_values(p, carry["command"]), episode_length, counted, done_ids, ended_tracking
+        )
+        info = {"reward_terms": weighted, "episode_return": episode_return, "episode_tracking": tracking}
+        return reward.astype(np.float32), info
+
+    def _finish_pending(self) -> None:
+        if self._pending is not None:
+            self._pending.complete()
+            self._pending = None
+
+    def close(self) -> None:
+        for name in ("pool", "reset_pool"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)
