@@ -58,8 +58,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from offpolicy.config import CheckpointConfig
 from offpolicy.exit_status import ExitStatus
+from offpolicy.schemas import CheckpointConfig
 
 FORMAT = "offpolicy-checkpoint"
 FORMAT_VERSION = 2

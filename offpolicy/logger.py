@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
-from offpolicy.config import LoggerConfig, RunConfig, WandbLoggerConfig
+from offpolicy.schemas import LoggerConfig, RunConfig, WandbLoggerConfig
 
 log = logging.getLogger(__name__)
 

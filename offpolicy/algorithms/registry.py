@@ -53,4 +53,3 @@ def make_algorithm(cfg: DictConfig, spec: EnvSpec, device: torch.device | str) -
     cfg = validate(cfg)
     module, cls = ALGORITHMS[cfg.name].target.split(":")
     return getattr(importlib.import_module(module), cls)(cfg, spec, torch.device(device))
-

@@ -56,7 +56,6 @@ import numpy as np
 import torch
 
 from offpolicy.algorithms.contract import UpdatesStopped
-from offpolicy.config import EvalConfig
 from offpolicy.replay_buffer import ReplayBuffer
 from offpolicy.runtime.collector_process import CollectorProcess, RunFailure
 from offpolicy.runtime.ingress import HEADER_NUM_DONE, HEADER_PHYSICS_FAILURES, HEADER_POLICY_VERSION, IngressRing
@@ -83,6 +82,7 @@ from offpolicy.runtime.slots import (
 )
 from offpolicy.runtime.snapshot_eval import SnapshotEvals
 from offpolicy.runtime.timeline import Timeline
+from offpolicy.schemas import EvalConfig
 
 SAFE_POINT_GRACE_S = (0.5, 10.0)
 """bounds of how long the watchdog waits for the learner's next safe point: twice the last update phase's

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from offpolicy.config import EvalConfig
+from offpolicy.schemas import EvalConfig
 
 TRACKING_KEYS = ("lin_vel_error", "yaw_rate_error", "command_speed", "fall_fraction")
 """tracking statistics an evaluation reports where its task has them (`tracking_statistics`)"""
