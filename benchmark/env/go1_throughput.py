@@ -61,10 +61,10 @@ def time_ours(args: argparse.Namespace, cpus: list[int]) -> dict:
     try:
         env.reset()
         for t in range(args.warmup):
-            env.step(actions[t]).reward
+            _ = env.step(actions[t]).reward
         t0 = time.perf_counter()
         for t in range(args.warmup, args.warmup + args.steps):
-            env.step(actions[t]).reward  # the read finishes the step's deferred reward work
+            _ = env.step(actions[t]).reward  # the read finishes the step's deferred reward work
         stepped = time.perf_counter() - t0
         t0 = time.perf_counter()
         for t in range(args.warmup, args.warmup + args.steps):
