@@ -241,8 +241,9 @@ def unilab_side(args: argparse.Namespace) -> None:
     composed = OmegaConf.merge(OmegaConf.load(conf / "base.yaml"), OmegaConf.load(conf / "mujoco.yaml"))
     cfg = OmegaConf.to_container(composed, resolve=True)
     x = dict(np.load(args.npz))
-    meta: dict = {"unilab": unilab.__version__, "torch": torch.__version__}
-    meta["unisim_core"] = importlib.import_module("importlib.metadata").version("unisim-core")
+    version = importlib.import_module("importlib.metadata").version
+    meta = {"unilab": unilab.__version__, "unisim_core": version("unisim-core"), "torch": torch.__version__}
+    meta |= {"omegaconf": version("omegaconf"), "python": platform.python_version()}
 
     def func_of(path: str):
         module, _, name = path.rpartition(".")
@@ -280,6 +281,7 @@ def unilab_side(args: argparse.Namespace) -> None:
             gravity_vec_w=lambda device: gravity,
         ),
     )
+
     class Scene:
         """The read plan and sensor binding the terms ask the scene for; `scene["robot"]` is the robot."""
 
