@@ -29,6 +29,7 @@ from benchmark.env.go2_parity import (
     forward,
     load_model,
     our_terms,
+    plain_reads,
 )
 from envs.locomotion.go2_joystick import REWARD_SCALES, feet_phase, next_phase
 
@@ -93,6 +94,12 @@ def test_our_terms_on_the_contact_states_match_hand_computed_values(model):
     np.testing.assert_allclose(ours["term/tracking_lin_vel"][:, tracked], 1.0, atol=1e-12)
     np.testing.assert_allclose(ours["term/tracking_ang_vel"][:, tracked], 1.0, atol=1e-12)
     assert np.all(ours["term/action_rate"][:, unchanged] == 0.0) and np.all(ours["term/action_rate"][:, ~unchanged] > 0)
+    # UniLab's tracking width as its classes read it (base.yaml's tracking_sigma), on plain MuJoCo's sensors
+    reads = plain_reads(model, qpos, qvel)
+    lin, yaw = reads["sensor/local_linvel"][:, :2], reads["sensor/gyro"][:, 2]
+    cmd = inputs["command"]
+    np.testing.assert_allclose(ours["term/tracking_lin_vel"], np.exp(-np.sum((cmd[..., :2] - lin) ** 2, -1) / 0.5))
+    np.testing.assert_allclose(ours["term/tracking_ang_vel"], np.exp(-((cmd[..., 2] - yaw) ** 2) / 0.5))
     weighted = sum(ours[f"term/{k}"] * REWARD_SCALES[k] for k in TERMS)
     np.testing.assert_allclose(ours["reward"], weighted * 0.02, rtol=1e-6)
 
