@@ -78,3 +78,16 @@ def write_results(name: str, rows: list[dict], meta: dict, out_dir: str | os.Pat
             writer.writeheader()
             writer.writerows(rows)
     return folder
+
+
+def write_json_entry(path: str | os.PathLike, key: str, value: dict) -> Path:
+    """Set `key` of the JSON object in `path` to `value`, keeping its other keys (a file of several measurements,
+    each remade by its own script); the file is replaced whole, never left half written."""
+    path = Path(path)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path

@@ -47,7 +47,9 @@ ACTOR_FIELDS = (
     ("local_linvel", 3), ("gyro", 3), ("gravity", 3), ("joint_pos", 12), ("joint_vel", 12), ("last_act", 12),
     ("command", 3),
 )  # fmt: skip
-DEFAULT_OUT = Path("benchmark/outputs/checks/go1_parity.json")
+DEFAULT_OUT = Path("benchmark/outputs/checks/parity.json")
+KEY = "go1_envpool"
+"""this check's entry in the parity file (each parity script writes its own key)"""
 
 
 # --- comparison helpers (pure numpy, both sides) ----------------------------------------------------------
@@ -316,8 +318,9 @@ def main(argv: list[str] | None = None) -> None:
                                  ep["stats_truncated"], counted),
         "ours": our_stats(args.stats_envs, args.stats_steps, args.seed),
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    from benchmark.machine import write_json_entry
+
+    write_json_entry(args.out, KEY, report)
     print(json.dumps({k: report["trajectory"][k] for k in ("steps_compared", "first_above_tol")}, indent=1))
     print(json.dumps(report["random_action_stats"], indent=1))
 

@@ -54,7 +54,9 @@ CONTACT_PATTERNS = (
 """feet down (1) or lifted (0), in FEET order"""
 PENETRATION = 0.002
 LIFTED_CALF = -2.6
-DEFAULT_OUT = Path("benchmark/outputs/checks/go2_parity.json")
+DEFAULT_OUT = Path("benchmark/outputs/checks/parity.json")
+KEY = "go2_unilab"
+"""this check's entry in the parity file (each parity script writes its own key)"""
 TASK_CONF = "conf/flashsac/task/go2_joystick_flat"
 DT = 0.02
 
@@ -452,8 +454,9 @@ def main(argv: list[str] | None = None) -> None:
         },
         "notes": NOTES,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    from benchmark.machine import write_json_entry
+
+    write_json_entry(args.out, KEY, report)
     print(json.dumps({k: report[k] for k in ("within_tolerance", "max_abs_diff")}, indent=1))
 
 

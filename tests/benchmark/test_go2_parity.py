@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmark.env import go2_parity
 from benchmark.env.go2_parity import (
     CONTACT_PATTERNS,
     FEET,
@@ -34,7 +35,7 @@ from benchmark.env.go2_parity import (
 from envs.locomotion.go2_joystick import REWARD_SCALES, feet_phase, next_phase
 
 REPO = Path(__file__).resolve().parents[2]
-REPORT = REPO / "benchmark/outputs/checks/go2_parity.json"
+REPORT = REPO / "benchmark/outputs/checks/parity.json"
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def test_our_terms_on_the_contact_states_match_hand_computed_values(model):
 
 
 def test_committed_report_is_within_tolerance_for_these_states(model):
-    report = json.loads(REPORT.read_text())
+    report = json.loads(REPORT.read_text())[go2_parity.KEY]
     _, _, labels = build_states(model, report["settings"]["seed"])
     states = report["states"]
     assert states["labels"] == labels and states["gait_clocks"] == list(PHASE_STEPS)
@@ -137,5 +138,5 @@ def test_live_parity_with_unilab(tmp_path):
     out = tmp_path / "go2_parity.json"
     cmd = [sys.executable, "-m", "benchmark.env.go2_parity", "--unilab-python", python, "--out", str(out)]
     subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())[go2_parity.KEY]
     assert report["within_tolerance"] is True, report["max_abs_diff"]
