@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -192,10 +193,10 @@ def test_a_locomotion_run_keeps_the_final_snapshots_tracking_statistics(tmp_path
     final = json.loads((kept / "eval_final.json").read_text())
     assert final["episodes"] == 2 and "reference" not in final
     assert 0.0 <= final["fall_fraction"] <= 1.0 and final["fall_fraction"] * 2 == round(final["fall_fraction"] * 2)
-    assert final["lin_vel_error"] > 0 and final["yaw_rate_error"] > 0  # an untrained policy misses its commands
-    assert {k: record["eval_final"][k] for k in ("lin_vel_error", "yaw_rate_error", "fall_fraction", "episodes")} == {
-        k: final[k] for k in ("lin_vel_error", "yaw_rate_error", "fall_fraction", "episodes")
-    }
+    for key in ("lin_vel_error", "yaw_rate_error"):  # NaN only where every episode fell within its first second
+        assert final[key] > 0 or (math.isnan(final[key]) and final["fall_fraction"] == 1.0), key
+    keys = ("lin_vel_error", "yaw_rate_error", "fall_fraction", "episodes")
+    assert json.dumps([record["eval_final"][k] for k in keys]) == json.dumps([final[k] for k in keys])
     summary = json.loads((kept / "summary.json").read_text())
     assert final["checkpoint_env_steps"] == summary["env_steps"]
     expected = set(KEPT) - ({"replay.json"} if not learning_run_module.records_window("go1_joystick_flat") else set())
