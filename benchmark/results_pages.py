@@ -6,7 +6,9 @@ the efficiency table that `benchmark.offpolicy.learning_efficiency` writes, all 
 folders under benchmark/outputs/; the curves go next to the page as `<suite>_curves.png`. Everything outside
 the markers is written by hand and left as it is. `--check` writes nothing and exits 1 when a page's tables
 differ from what the run folders give (the curves are not compared: a PNG's bytes vary with the plotting
-library's version).
+library's version). The locomotion page (`TrackingSuite`) holds one generated block instead, its tracking table
+(`tracking_table`): velocity-command tasks are judged by how closely they follow their commands and how often
+they fall, not by a return target.
 
     python -m benchmark.results_pages            # what `make tables` runs
     python -m benchmark.results_pages --check
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -24,6 +27,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
+from typing import ClassVar
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = REPO / "docs" / "results"
@@ -43,6 +48,19 @@ class Suite:
     """(task, target return) of the seeds table's stability column (`benchmark.offpolicy.stability`)"""
 
 
+@dataclass(frozen=True)
+class TrackingSuite:
+    """A results page of velocity-command tasks: one table of tracking errors and falls (`tracking_table`)."""
+
+    page: str
+    runs: str
+    lin_vel_target: float = 0.15
+    """m/s: the planar velocity error a snapshot must be under to meet the tracking target"""
+    yaw_rate_target: float = 0.2
+    """rad/s: the yaw-rate error a snapshot must be under to meet the tracking target"""
+    blocks: ClassVar[tuple[str, ...]] = ("locomotion",)
+
+
 SUITES = (
     Suite("gymnasium", "benchmark/outputs/learning", ("120", "240", "480"), ("ant=6000", "humanoid=6000", "halfcheetah=10000"),
           stability_targets=(("ant", 6000), ("humanoid", 6000), ("halfcheetah", 10000))),
@@ -55,10 +73,13 @@ SUITES = (
         stability_targets=(("dmc_humanoid_run", 850), ("dmc_dog_run", 870), ("dmc_quadruped_run", 930),
                            ("dmc_humanoid_walk", 930), ("dmc_dog_trot", 930)),
     ),
+    TrackingSuite("locomotion", "benchmark/outputs/learning_locomotion"),
 )  # fmt: skip
 
 BLOCKS = ("results", "seeds", "efficiency")
-"""the generated blocks of a page, each between `begin(name)` and `end(name)`"""
+"""the generated blocks of a return-target page (`Suite`), each between `begin(name)` and `end(name)`"""
+TRACKING_COMMAND = "python -m benchmark.offpolicy.learning_run --algo flashsac --task go1_joystick_flat --seed 0"
+"""what makes a row of the tracking table (shown while it has none)"""
 
 
 class PageError(Exception):
@@ -144,8 +165,72 @@ def seeds_table(runs: Path, episode_steps: int, targets: dict[str, float] | None
     return "\n".join(lines) + "\n"
 
 
-def generate(suite: Suite, out: Path) -> dict[str, str]:
+def time_to_tracking_target(metrics: Path, lin_vel_target: float, yaw_rate_target: float) -> float:
+    """Seconds into the loop at which the first snapshot with both tracking errors under their targets was frozen
+    (`eval/snapshot_s` of metrics.csv's snapshot rows; inf: none was)."""
+    with metrics.open() as f:
+        for row in csv.DictReader(f):
+            if not row.get("eval/lin_vel_error") or not row.get("eval/yaw_rate_error"):
+                continue  # a training row, or a snapshot of a task without tracking terms
+            lin, yaw = float(row["eval/lin_vel_error"]), float(row["eval/yaw_rate_error"])
+            if lin < lin_vel_target and yaw < yaw_rate_target:  # NaN (no step counted) meets nothing
+                return float(row["eval/snapshot_s"])
+    return math.inf
+
+
+def _median_worst(values: list[float], worst, fmt: str) -> str:
+    """`median [worst]` over seeds; an error of NaN (no step counted: every episode fell within its first
+    second) counts as infinite, the worst, and shows as -."""
+    values = [math.inf if math.isnan(v) else v for v in values]
+    show = lambda v: format(v, fmt) if math.isfinite(v) else "-"  # noqa: E731
+    return f"{show(median(values))} [{show(worst(values))}]"
+
+
+def tracking_table(suite: TrackingSuite, runs: Path) -> str:
+    """Per (task, algo): the final snapshot's median return, tracking errors and falls (median [worst] over
+    seeds), env steps, time to first meet the tracking target and the throughput against bare physics."""
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for summary_path in sorted(runs.glob("*/summary.json")):
+        task, _, rest = summary_path.parent.name.rpartition("_seed")[0].rpartition("_")
+        groups.setdefault((task, rest), []).append(summary_path.parent)
+    if not groups:
+        return f"No runs yet. `{TRACKING_COMMAND}` makes a row (on the machine of the protocol above).\n"
+    target = f"lin-vel < {suite.lin_vel_target:g} m/s and yaw-rate < {suite.yaw_rate_target:g} rad/s"
+    head = ("| task | algo | seeds | final snapshot median return, median [worst] over seeds | lin-vel error (m/s) "
+            "| yaw-rate error (rad/s) | falls / episodes | env steps | time to first meet the target "
+            f"({target}) | throughput / bare physics (replayed window) |")  # fmt: skip
+    rows = []
+    for (task, algo), folders in sorted(groups.items()):
+        snaps = [json.loads((f / "summary.json").read_text())["snapshot_eval"] for f in folders]
+        steps = [json.loads((f / "summary.json").read_text())["env_steps"] for f in folders]
+        falls = [round(s["fall_fraction"] * s["episodes"]) for s in snaps]
+        episodes = {s["episodes"] for s in snaps}
+        per = f"/{episodes.pop()}" if len(episodes) == 1 else " episodes"
+        times = [time_to_tracking_target(f / "metrics.csv", suite.lin_vel_target, suite.yaw_rate_target)
+                 for f in folders]  # fmt: skip
+        met = sorted(t for t in times if math.isfinite(t))
+        when = median(times)  # inf while fewer than half the seeds met it
+        when_text = f"{when:.0f} s" if math.isfinite(when) else "not met"
+        ratios = [json.loads((f / "replay.json").read_text())["ratio_to_replayed_bare"]
+                  for f in folders if (f / "replay.json").is_file()]  # fmt: skip
+        cells = [
+            task, algo, str(len(folders)),
+            _median_worst([float(s["median"]) for s in snaps], min, ",.1f"),
+            _median_worst([float(s["lin_vel_error"]) for s in snaps], max, ".3f"),
+            _median_worst([float(s["yaw_rate_error"]) for s in snaps], max, ".3f"),
+            f"{median(falls):g}{per} [{max(falls)}{per}]",
+            f"{median(steps) / 1e6:.1f} M",
+            f"{when_text} ({len(met)}/{len(folders)} seeds)",
+            f"{median(ratios):.2f} ({len(ratios)}/{len(folders)} seeds)" if ratios else "n/a (no replayed window)",
+        ]  # fmt: skip
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join([head, "| --- | --- | ---: | --- | --- | --- | --- | ---: | --- | --- |", *rows]) + "\n"
+
+
+def generate(suite: Suite | TrackingSuite, out: Path) -> dict[str, str]:
     """Write the suite's curves and tables into `out`; returns the tables by block."""
+    if isinstance(suite, TrackingSuite):
+        return {"locomotion": tracking_table(suite, REPO / suite.runs)}
     png = out / "curves.png"
     _run(["offpolicy.plot", suite.runs, "--out", str(png), "--at-seconds", *suite.at_seconds,
           "--targets", *suite.targets])  # fmt: skip
@@ -157,7 +242,7 @@ def generate(suite: Suite, out: Path) -> dict[str, str]:
     }
 
 
-def refresh(suite: Suite, check: bool) -> bool:
+def refresh(suite: Suite | TrackingSuite, check: bool) -> bool:
     """Bring one page's tables (and, unless `check`, its curves) up to date; True when they already were."""
     page, shown = PAGES / f"{suite.page}.md", f"docs/results/{suite.page}.md"
     if not page.is_file():
@@ -166,10 +251,11 @@ def refresh(suite: Suite, check: bool) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         tables = generate(suite, Path(tmp))
         new = text
-        for name in BLOCKS:
+        for name in getattr(suite, "blocks", BLOCKS):
             new = splice(new, name, tables[name], shown)
         if not check:
-            shutil.copyfile(Path(tmp) / "curves.png", PAGES / f"{suite.page}_curves.png")
+            if (Path(tmp) / "curves.png").is_file():
+                shutil.copyfile(Path(tmp) / "curves.png", PAGES / f"{suite.page}_curves.png")
             page.write_text(new)
     return new == text
 

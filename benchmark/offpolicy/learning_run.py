@@ -1,15 +1,19 @@
 """One learning-results run, start to finish: train, re-score the final snapshot, replay a window, keep the files.
 
-This is how every run under `benchmark/outputs/learning/` (8 minutes) and `learning_dmc/` (the DMC tasks, 15
-minutes) is made (benchmark/README.md, "Learning"):
+This is how every run under `benchmark/outputs/learning/` (8 minutes), `learning_dmc/` (the DMC tasks, 15
+minutes) and `learning_locomotion/` (the legged-robot tasks of `envs/locomotion`, 5 minutes) is made
+(benchmark/README.md, "Learning"):
 
 1. `python -m offpolicy.train algo=<algo> env=<task> seed=<k> budget=<budget>` in a subprocess, learner and
    collector pinned (`affinity=manual`), W&B off, recording a steady-state window of `--record-ticks` ticks
    from `--record-start-s` seconds into the loop (or tick `--record-start-tick`) for the same-trajectory
-   reference (console to `train_console.log`);
+   reference, where the task's env can snapshot its state (`records_window`: the locomotion envs cannot yet,
+   so their runs record no window and keep no `replay.json`) (console to `train_console.log`);
 2. `python -m offpolicy.eval checkpoint=<final checkpoint> episodes=<n> reference=<ref>`: the final snapshot's
    statistics in our env and in the implementation the task reproduces (Gymnasium's, or dm_control's for the
-   DMC tasks), kept as `eval_final.json`;
+   DMC tasks; a locomotion task has none to re-score in, so no `reference=`, and its eval.json carries the
+   tracking statistics instead: `lin_vel_error`, `yaw_rate_error`, `fall_fraction` over `episodes`), kept as
+   `eval_final.json`;
 3. `benchmark/offpolicy/trajectory_replay.py` on the recorded window, pinned to the collector's CPUs: the run's rate over
    the window against bare physics replaying exactly its states, actions and resets (`replay.json`, with
    `ratio_to_replayed_bare`).
@@ -32,6 +36,7 @@ process's own cache settings (what a researcher's repeated runs see).
 
     python -m benchmark.offpolicy.learning_run --algo flashsac --task humanoid --seed 1     # CUDA machine, 8 min
     python -m benchmark.offpolicy.learning_run --algo fastsac --task dmc_dog_run --seed 0   # 15 min, learning_dmc/
+    python -m benchmark.offpolicy.learning_run --algo flashsac --task go1_joystick_flat --seed 0  # 5 min
     python -m benchmark.offpolicy.learning_run ... -- algo.temp_max=0.01   # extra overrides after --
 """
 
@@ -46,12 +51,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmark.machine import OUTPUTS, parse_cpus  # noqa: E402
+
+
+class Suite(NamedTuple):
+    """Where a task family's runs go and how long they last."""
+
+    budget: str
+    """the conf/budget preset"""
+    out: Path
+    """the parent of the kept run folders"""
+    record_start_s: float
+    """default start of the replayed window, seconds into the training loop"""
+
 
 KEPT = (
     "metrics.csv",
@@ -83,17 +101,50 @@ def compile_cache_env(mode: str, work: Path) -> dict[str, str]:
     return env
 
 
-def reference_for(task: str) -> str:
-    """The implementation `offpolicy.eval reference=` re-scores a task in."""
-    return "dm_control" if task.startswith("dmc_") else "gymnasium"
+SUITES = {
+    "gymnasium": Suite("8min", OUTPUTS / "learning", 300.0),
+    "dm_control": Suite("15min", OUTPUTS / "learning_dmc", 300.0),
+    # the window starts 2 minutes into a 5-minute run: past the compile warm-up, well before the end
+    "locomotion": Suite("5min", OUTPUTS / "learning_locomotion", 120.0),
+}
+"""each task family's table: budget preset, kept-folder parent, default start of the replayed window"""
+TRACKING_FINAL_KEYS = ("lin_vel_error", "yaw_rate_error", "fall_fraction", "episodes")
+"""what a locomotion run's eval_final.json must hold: the final snapshot's tracking statistics"""
 
 
-def suite_defaults(task: str) -> tuple[str, Path]:
-    """The budget preset and kept-folder parent of a task's table: the Gymnasium tasks' 8 minutes in
-    `outputs/learning/`, the DeepMind Control Suite's 15 minutes in `outputs/learning_dmc/`."""
-    if reference_for(task) == "dm_control":
-        return "15min", OUTPUTS / "learning_dmc"
-    return "8min", OUTPUTS / "learning"
+def task_family(task: str) -> str:
+    """`gymnasium`, `dm_control` or `locomotion`: the package under `envs/` the task is registered from."""
+    from envs.registry import registry_names, task_class
+
+    try:
+        module = task_class(task).__module__
+    except ValueError:
+        raise SystemExit(f"--task {task!r}: unknown task; valid: {', '.join(registry_names())}") from None
+    family = module.split(".")[1]
+    return {"gymnasium": "gymnasium", "dmc": "dm_control", "locomotion": "locomotion"}[family]
+
+
+def reference_for(task: str) -> str | None:
+    """The implementation `offpolicy.eval reference=` re-scores a task in (None: a locomotion task, which
+    reproduces no other implementation's env)."""
+    family = task_family(task)
+    return None if family == "locomotion" else family
+
+
+def suite_defaults(task: str) -> Suite:
+    """The budget preset, kept-folder parent and window start of a task's table: the Gymnasium tasks' 8 minutes
+    in `outputs/learning/`, the DeepMind Control Suite's 15 minutes in `outputs/learning_dmc/`, the locomotion
+    tasks' 5 minutes in `outputs/learning_locomotion/`."""
+    return SUITES[task_family(task)]
+
+
+def records_window(task: str) -> bool:
+    """Whether the task's env can snapshot and restore its state, which the recorded window and its replay need
+    (the locomotion envs carry state of their own between steps and do not yet)."""
+    import envs
+
+    with envs.make(task, num_envs=1, nthread=1) as env:
+        return callable(getattr(env, "snapshot", None)) and callable(getattr(env, "restore", None))
 
 
 def train_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -112,14 +163,18 @@ def train_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
         f"affinity.collector_cpus=[{','.join(map(str, collector))}]",
         "logger=none",
         f"hydra.run.dir={run_dir}",
-        *(
-            [f"+runtime.record.start_tick={args.record_start_tick}"]
-            if args.record_start_tick is not None
-            else [f"+runtime.record.start_s={args.record_start_s}"]
-        ),
-        f"+runtime.record.ticks={args.record_ticks}",
+        *(record_overrides(args) if getattr(args, "record", True) else []),
         *args.overrides,
     ]
+
+
+def record_overrides(args: argparse.Namespace) -> list[str]:
+    """The recorded window: `--record-ticks` ticks from tick `--record-start-tick` or `--record-start-s` in."""
+    if args.record_start_tick is not None:
+        start = f"+runtime.record.start_tick={args.record_start_tick}"
+    else:
+        start = f"+runtime.record.start_s={args.record_start_s}"
+    return [start, f"+runtime.record.ticks={args.record_ticks}"]
 
 
 def eval_command(args: argparse.Namespace, checkpoint: Path, out_dir: Path) -> list[str]:
@@ -130,7 +185,7 @@ def eval_command(args: argparse.Namespace, checkpoint: Path, out_dir: Path) -> l
         "offpolicy.eval",
         f"checkpoint={checkpoint}",
         f"episodes={args.episodes}",
-        f"reference={reference_for(args.task)}",
+        *([f"reference={reference}"] if (reference := reference_for(args.task)) else []),
         f"seed={args.seed}",
         f"hydra.run.dir={out_dir}",
     ]
@@ -199,6 +254,8 @@ def learning_run(args: argparse.Namespace) -> dict:
         if (eval_dir / "eval.json").exists():
             shutil.copy(eval_dir / "eval.json", work / "eval_final.json")
         keep_files()
+    if not getattr(args, "record", True):
+        out["replay"] = f"none: {args.task}'s env cannot snapshot its state, so no window was recorded"
     if (work / "record.npz").exists():
         replay = replay_run(work)
         replay["ratio_to_replayed_bare"] = replay["env_steps_per_s"] / replay["replayed_bare_env_steps_per_s"]
@@ -207,13 +264,21 @@ def learning_run(args: argparse.Namespace) -> dict:
 
     keep_files()
     summary = json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists() else {}
-    out["snapshot_eval"] = {k: summary.get("snapshot_eval", {}).get(k) for k in ("episodes", "mean", "median", "min")}
+    out["snapshot_eval"] = {
+        k: (summary.get("snapshot_eval") or {}).get(k) for k in ("episodes", "mean", "median", "min")
+    }
     out["env_steps"] = summary.get("env_steps")
     if (work / "eval_final.json").exists():
         ev = json.loads((work / "eval_final.json").read_text())
         out["eval_final"] = {"own": ev.get("return_median")} | {
             ref: block.get("median") for ref, block in (ev.get("reference") or {}).items()
         }
+        if task_family(args.task) == "locomotion":
+            out["eval_final"] |= {k: ev.get(k) for k in TRACKING_FINAL_KEYS}
+            missing = [k for k in TRACKING_FINAL_KEYS if k not in ev]
+            if missing:  # the table's columns would be empty: fail the run, not the page
+                out["eval_final_missing"] = missing
+                print(f"[learning_run] eval_final.json lacks {', '.join(missing)}", file=sys.stderr, flush=True)
     keep_files()
     print(json.dumps(out), flush=True)
     return out
@@ -224,15 +289,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algo", required=True, choices=("fastsac", "flashsac"))
     p.add_argument("--task", required=True)
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--budget", default=None, help="conf/budget preset (default: 8min, 15min for the dmc_ tasks)")
+    p.add_argument(
+        "--budget", default=None, help="conf/budget preset (default: 8min; 15min for dmc_, 5min for locomotion)"
+    )
     p.add_argument("--learner-cpus", default="0-1")
     p.add_argument("--collector-cpus", default="2-15")
     p.add_argument("--episodes", type=int, default=16, help="episodes of the offline re-score (default 16)")
-    p.add_argument("--record-start-s", type=float, default=300.0, help="the replayed window starts this far in")
+    p.add_argument(
+        "--record-start-s",
+        type=float,
+        default=None,
+        help="the replayed window starts this far in (default: 300 s; 120 s for the 5-minute locomotion runs)",
+    )
     p.add_argument("--record-start-tick", type=int, default=None, help="or at this tick")
     p.add_argument("--record-ticks", type=int, default=200)
     p.add_argument(
-        "--out", default=None, help="parent of the kept run folder (default: outputs/learning, learning_dmc for dmc_)"
+        "--out",
+        default=None,
+        help="parent of the kept run folder (default: outputs/learning; learning_dmc, learning_locomotion)",
     )
     p.add_argument("--work", default=None, help="parent of the full run dir (default: a temporary dir)")
     p.add_argument("--force", action="store_true", help="replace an existing kept folder")
@@ -244,11 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the training run (after --)")
     args = p.parse_args(argv)
-    budget, out = suite_defaults(args.task)
-    args.budget = args.budget or budget
-    args.out = args.out or str(out)
+    suite = suite_defaults(args.task)
+    args.budget = args.budget or suite.budget
+    args.out = args.out or str(suite.out)
+    if args.record_start_s is None:
+        args.record_start_s = suite.record_start_s
+    args.record = records_window(args.task)
     result = learning_run(args)
-    return int(result["train_exit"] != 0 or result.get("eval_exit", 1) != 0)
+    return int(result["train_exit"] != 0 or result.get("eval_exit", 1) != 0 or bool(result.get("eval_final_missing")))
 
 
 if __name__ == "__main__":

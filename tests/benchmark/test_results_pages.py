@@ -75,7 +75,11 @@ def test_the_stability_column_counts_the_snapshots_after_the_target_was_first_re
     row = seeds_table(tmp_path, 1000, {"ant": 6000}).splitlines()[2]
     assert row.endswith("| 6,000 from 3.0 min: 2/4 (>= 0.95 x: 3/4), worst 5,000 |")
     assert seeds_table(tmp_path, 1000, {"ant": 7000}).splitlines()[2].endswith("| 7,000 not reached |")
-    assert seeds_table(tmp_path, 1000, {"ant": 6080}).splitlines()[2].endswith("| 6,080 from 4.0 min: 0/3 (>= 0.95 x: 2/3), worst 5,000 |")
+    assert (
+        seeds_table(tmp_path, 1000, {"ant": 6080})
+        .splitlines()[2]
+        .endswith("| 6,080 from 4.0 min: 0/3 (>= 0.95 x: 2/3), worst 5,000 |")
+    )
 
 
 def test_the_committed_pages_hold_what_the_run_folders_give(capsys):
@@ -97,3 +101,89 @@ def test_check_reports_a_stale_page_and_writes_nothing(tmp_path, monkeypatch, ca
     assert results_pages.main(["--check"]) == 1
     assert "stale tables in docs/results/dmc.md: run `make tables`" in capsys.readouterr().err
     assert stale.read_text() == before and not (tmp_path / "dmc_curves.png").exists()
+
+
+# --------------------------------------------------------------------------- the locomotion page
+
+TRACKING = results_pages.TrackingSuite("locomotion", "unused")
+
+
+def _tracking_run(runs, name, snapshots, final, ratio=None):
+    """A locomotion run folder: metrics.csv with a train row before each snapshot row (snapshot_s, lin-vel,
+    yaw-rate errors; the row itself logged 17 s after its snapshot was frozen), summary.json's final snapshot
+    and, given a ratio, replay.json."""
+    run = runs / name
+    run.mkdir(parents=True)
+    lines = ["env_steps,time/elapsed_s,eval/snapshot_s,eval/lin_vel_error,eval/yaw_rate_error"]
+    for t, lin, yaw in snapshots:
+        lines += [f"{t * 100},{t - 1},,,", f"{t * 100},{t + 17},{t},{lin},{yaw}"]
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+    ret, lin, yaw, falls, steps = final
+    snap = {"episodes": 16, "median": ret, "lin_vel_error": lin, "yaw_rate_error": yaw, "fall_fraction": falls / 16}
+    (run / "summary.json").write_text(json.dumps({"env_steps": steps, "snapshot_eval": snap}))
+    if ratio is not None:
+        (run / "replay.json").write_text(json.dumps({"ratio_to_replayed_bare": ratio}))
+    return run
+
+
+def _three_go1_seeds(runs):
+    # seed 0: yaw misses at 41 s; at 62 s lin-vel is exactly 0.15, not under it; first met at 83 s, lost, met again
+    _tracking_run(runs, "go1_joystick_flat_flashsac_seed0",
+                  [(20, 0.30, 0.50), (41, 0.14, 0.25), (62, 0.15, 0.10), (83, 0.10, 0.19), (104, 0.2, 0.1),
+                   (125, 0.1, 0.1)], (10.0, 0.12, 0.18, 1, 10_000_000), ratio=0.9)  # fmt: skip
+    # seed 1: met by its first snapshot at 40 s (just under both targets), lost at 60 s, met again at 80 s
+    _tracking_run(runs, "go1_joystick_flat_flashsac_seed1", [(40, 0.149, 0.199), (60, 0.3, 0.1), (80, 0.1, 0.1)],
+                  (12.0, 0.10, float("nan"), 0, 12_000_000), ratio=0.8)  # fmt: skip
+    # seed 2: never under both (yaw-rate exactly 0.2 is not under 0.2)
+    _tracking_run(runs, "go1_joystick_flat_flashsac_seed2", [(30, 0.1, 0.2), (60, 0.16, 0.1)],
+                  (20.0, 0.40, 0.22, 2, 11_000_000))  # fmt: skip
+
+
+def test_time_to_target_is_when_the_first_snapshot_under_both_targets_was_frozen(tmp_path):
+    _three_go1_seeds(tmp_path)
+    got = [results_pages.time_to_tracking_target(tmp_path / f"go1_joystick_flat_flashsac_seed{k}" / "metrics.csv",
+                                                 0.15, 0.2) for k in range(3)]  # fmt: skip
+    assert got == [83.0, 40.0, float("inf")]
+
+
+def test_tracking_table_gives_median_and_worst_seed_per_task_and_algo(tmp_path):
+    _three_go1_seeds(tmp_path)
+    _tracking_run(tmp_path, "go2_joystick_flat_fastsac_seed0", [(20, 0.5, 0.5)], (3.5, 0.5, 0.6, 16, 2_000_000))
+    lines = results_pages.tracking_table(TRACKING, tmp_path).splitlines()
+    assert "lin-vel < 0.15 m/s and yaw-rate < 0.2 rad/s" in lines[0] and len(lines) == 4
+    # returns 10, 12, 20: median 12 (the mean would be 14), worst 10; lin-vel 0.12, 0.10, 0.40; yaw-rate 0.18,
+    # none counted (the worst), 0.22; falls 1, 0, 2 of 16; steps 10 M, 12 M, 11 M; time to target 83 s, 40 s,
+    # never: median 83 s (2 of 3 seeds met it); replay ratios 0.9 and 0.8 on the two seeds that have one
+    assert lines[2] == (
+        "| go1_joystick_flat | flashsac | 3 | 12.0 [10.0] | 0.120 [0.400] | 0.220 [-] | 1/16 [2/16] | 11.0 M "
+        "| 83 s (2/3 seeds) | 0.85 (2/3 seeds) |"
+    )
+    assert lines[3] == (
+        "| go2_joystick_flat | fastsac | 1 | 3.5 [3.5] | 0.500 [0.500] | 0.600 [0.600] | 16/16 [16/16] | 2.0 M "
+        "| not met (0/1 seeds) | n/a (no replayed window) |"
+    )
+
+
+def test_time_to_target_is_not_met_while_fewer_than_half_the_seeds_met_it(tmp_path):
+    _tracking_run(tmp_path, "go1_joystick_flat_fastsac_seed0", [(50, 0.1, 0.1)], (1.0, 0.1, 0.1, 0, 1_000_000))
+    for k in (1, 2):
+        _tracking_run(tmp_path, f"go1_joystick_flat_fastsac_seed{k}", [(50, 0.3, 0.1)], (1.0, 0.3, 0.1, 0, 1_000_000))
+    assert "| not met (1/3 seeds) |" in results_pages.tracking_table(TRACKING, tmp_path)
+
+
+def test_the_locomotion_page_says_plainly_that_it_has_no_runs_yet(tmp_path, monkeypatch):
+    table = results_pages.tracking_table(TRACKING, tmp_path / "absent")
+    assert table.startswith("No runs yet. `python -m benchmark.offpolicy.learning_run --algo flashsac --task go1_")
+    page = results_pages.PAGES / "locomotion.md"
+    assert table in page.read_text()  # the committed page, with no run folders committed
+    # with a run folder the page gets its row, and --check calls the old page stale
+    _three_go1_seeds(tmp_path / "runs")
+    stale = tmp_path / "locomotion.md"
+    stale.write_text(page.read_text())
+    monkeypatch.setattr(results_pages, "PAGES", tmp_path)
+    monkeypatch.setattr(results_pages, "SUITES", (results_pages.TrackingSuite("locomotion", str(tmp_path / "runs")),))
+    assert results_pages.main(["--check"]) == 1 and stale.read_text() == page.read_text()
+    assert results_pages.main([]) == 0
+    assert "| go1_joystick_flat | flashsac | 3 | 12.0 [10.0] |" in stale.read_text()
+    assert "No runs yet" not in stale.read_text() and "**Protocol.**" in stale.read_text()
+    assert results_pages.main(["--check"]) == 0

@@ -243,7 +243,7 @@ def hydra_error(*overrides: str, config_name: str = "config") -> Exception:
     "overrides,line",
     [
         (["algo=nope"], "algo=nope: no such algo config; valid: fastsac, flashsac"),
-        (["budget=1h"], "budget=1h: no such budget config; valid: 15min, 8min, none"),
+        (["budget=1h"], "budget=1h: no such budget config; valid: 15min, 5min, 8min, none"),
         (
             ["train.total_env_step=5"],
             "train.total_env_step=5: unknown key (did you mean train.total_env_steps?); "
