@@ -58,6 +58,14 @@ def test_every_shipped_config_is_valid(algo, env):
     assert timed.train.total_env_steps is None and timed.train.max_seconds == 480
 
 
+def test_a_task_file_sets_the_main_files_keys_and_a_budget_preset_still_wins():
+    cfg = train_cfg("algo=flashsac", "env=go2_joystick_flat")
+    assert (cfg.train.total_env_steps, cfg.train.learning_starts) == (4_096_000, 51_200)  # algo_env over config.yaml
+    cfg = train_cfg("algo=flashsac", "env=go2_joystick_flat", "budget=5min")
+    assert (cfg.train.total_env_steps, cfg.train.max_seconds, cfg.train.learning_starts) == (None, 300, 51_200)
+    assert train_cfg("algo=flashsac", "env=hopper").train.learning_starts == 10_000  # no task file: the main file
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [
