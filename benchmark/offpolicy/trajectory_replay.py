@@ -95,15 +95,23 @@ def window_phases(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _resets_by_tick(rec: dict[str, Any]) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
-    """Tick (window-relative) -> [(rows, states)] in the order the collector applied them."""
-    out: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+def _resets_by_tick(rec: dict[str, Any]) -> dict[int, list[tuple[np.ndarray, np.ndarray, dict | None]]]:
+    """Tick (window-relative) -> [(rows, states, model fields)] in the order the collector applied them: the
+    new episodes' model fields (empty where the record has none), None for a state write inside the rows'
+    episodes (a push)."""
+    out: dict[int, list[tuple[np.ndarray, np.ndarray, dict | None]]] = {}
     start = int(rec["start_tick"])
-    offset = 0
-    for tick, count in zip(rec["reset_ticks"].tolist(), rec["reset_counts"].tolist(), strict=True):
+    kinds = rec.get("reset_kinds", np.zeros(len(rec["reset_ticks"]), dtype=np.int64)).tolist()
+    fields = {k.split("/", 1)[1]: v for k, v in rec.items() if k.startswith("reset_fields/")}
+    offset = field_offset = 0
+    for tick, count, kind in zip(rec["reset_ticks"].tolist(), rec["reset_counts"].tolist(), kinds, strict=True):
         rows = rec["reset_rows"][offset : offset + count]
         states = rec["reset_states"][offset : offset + count]
-        out.setdefault(tick - start, []).append((rows, states))
+        models = None
+        if kind == 0:
+            models = {k: v[field_offset : field_offset + count] for k, v in fields.items()}
+            field_offset += count if fields else 0
+        out.setdefault(tick - start, []).append((rows, states, models))
         offset += count
     return out
 
@@ -114,8 +122,11 @@ def replay_bare(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray]:
     The pool calls NpEnv makes for these steps and resets, nothing else: the step (with the
     task's sensor refresh: a forward pass on the final state, or dm_control's sensor timing
     through the env's sensor pool) and the new states' writes (through the reset pool's
-    forward pass where the task reads sensors).
+    forward pass where the task reads sensors). An env with its own `bare_step` (the joystick
+    tasks: substeps carrying the solver's warm start, one model per env) is replayed through it.
     """
+    if hasattr(env, "bare_step"):
+        return _replay_bare_steps(env, rec)
     pool, task = env.pool, env.task
     reset_pool = env.reset_pool if env.reset_pool is not None else pool
     split_sensors = env.sensor_pool is not None
@@ -133,9 +144,28 @@ def replay_bare(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray]:
         )
         if split_sensors:
             env.sensor_pool.forward(state)
-        for rows, states in resets.get(t, ()):
+        for rows, states, _ in resets.get(t, ()):
             if task.fresh_sensors:  # as NpEnv does: sensors at the new state come from one forward pass
                 states, _ = reset_pool.reset(rows.astype(np.int32), states)
+            state[rows] = states
+    return time.perf_counter() - t0, state
+
+
+def _replay_bare_steps(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray]:
+    """`replay_bare` through the env's `bare_step` (from the snapshot's states and warm starts) and `bare_reset`
+    (the new episodes' models and states); pushes are writes of their recorded states, warm starts kept."""
+    env.restore(rec["snapshot"])  # the models in effect at the window's start (not timed)
+    state = np.array(rec["snapshot"]["state"], dtype=np.float64, copy=True)
+    warm = np.array(rec["snapshot"]["warmstart"], dtype=np.float64, copy=True)
+    actions = rec["actions"].astype(np.float64)
+    resets = _resets_by_tick(rec)
+    t0 = time.perf_counter()
+    for t in range(actions.shape[0]):
+        state, warm = env.bare_step(state, warm, actions[t])
+        for rows, states, models in resets.get(t, ()):
+            if models is not None:  # new episodes: their models, states and sensors; a cold solver
+                states, _ = env.bare_reset(rows, states, models)
+                warm[rows] = 0.0
             state[rows] = states
     return time.perf_counter() - t0, state
 

@@ -118,6 +118,11 @@ class JoystickEnv(NpEnv):
         self._pending: NpEnvState | None = None
         self.physics_failures_total = 0
         self.last_step_timing: tuple[int, int, int, int] | None = None
+        self.reset_log: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray] | None]] | None = None
+        """when a list: every new episode appends (rows, states, model fields) and every other write of a state
+        row (a push) (rows, states, None) (a recorded window for a same-trajectory replay)"""
+        self.models_in_effect: dict[str, np.ndarray] = {}
+        """each row's randomised model fields since its last episode start (`patched/<field>`, `written/<field>`)"""
         ones = np.ones(self.nu, dtype=np.float32)
         self.spec = EnvSpec(
             name=task.name,
@@ -200,14 +205,7 @@ class JoystickEnv(NpEnv):
         n = len(env_ids)
         if states is None:
             states = self.initial_states(n)
-        patched, written = self.randomization(n)
-        for pool in (self.pool, self.reset_pool):
-            models = pool.get_model(env_ids.tolist())
-            for field, values in written.items():
-                for model, row in zip(models, values, strict=True):
-                    getattr(model, field)[:] = row
-        self.pool.reset(env_ids, states, randomization=dict(patched) or None, skipsensor=True)
-        states, sensordata = self.reset_pool.reset(env_ids, states, randomization=dict(patched) or None)
+        states, sensordata = self._start_episodes(env_ids, states, *self.randomization(n))
         self._warmstart = self._warmstart.copy()
         self._warmstart[env_ids] = 0.0
         self._state = self._state.copy()
@@ -286,21 +284,8 @@ class JoystickEnv(NpEnv):
 
     def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run the pool one control step at the motor targets; (state, sensordata, failed rows)."""
-        targets = self.controls(actions)
-        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
         prev_time = self._state[:, 0]
-        state, warm, h = self._state, self._warmstart, float(self.model.opt.timestep)
-        qv = slice(1 + self.nq, 1 + self.nq + self.nv)
-        # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
-        # Euler step's velocity change over h) is carried across control steps as plain mj_step calls carry it
-        for k in range(self.frame_skip):
-            ctrl = np.ascontiguousarray(control[:, k : k + 1])
-            qvel_before = state[:, qv]
-            state, sensordata = self.pool.step(
-                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
-            )
-            warm = (state[:, qv] - qvel_before) / h
-        self._warmstart = warm
+        state, sensordata, self._warmstart = self._pool_steps(self._state, self._warmstart, actions)
         return state, sensordata, self._failed_rows(prev_time, state)
 
     def _failed_rows(self, prev_time: np.ndarray, state: np.ndarray) -> np.ndarray:
@@ -395,3 +380,157 @@ class JoystickEnv(NpEnv):
             if getattr(self, name, None) is not None:
                 getattr(self, name).close()
                 setattr(self, name, None)
+
+    # --- snapshots and bare physics (a recorded window's same-trajectory replay) -------------------
+    def _pool_steps(
+        self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pool calls of one control step from (state, warm start): (state, sensordata, next warm start)."""
+        targets = self.controls(actions)
+        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
+        h = float(self.model.opt.timestep)
+        qv = slice(1 + self.nq, 1 + self.nq + self.nv)
+        # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
+        # Euler step's velocity change over h) is carried across control steps as plain mj_step calls carry it
+        for k in range(self.frame_skip):
+            ctrl = np.ascontiguousarray(control[:, k : k + 1])
+            qvel_before = state[:, qv]
+            state, sensordata = self.pool.step(
+                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
+            )
+            warm = (state[:, qv] - qvel_before) / h
+        return state, sensordata, warm
+
+    def bare_step(self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The physics of one control step and nothing else (no observation, reward or carry): the pool calls
+        `step` makes, from (state, warm start) to the next (state, warm start)."""
+        state, _, warm = self._pool_steps(state, warm, actions)
+        return state, warm
+
+    def bare_reset(
+        self, env_ids: np.ndarray, states: np.ndarray, models: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The physics of new episodes on `env_ids`: their model fields (`patched/<field>` through the pools'
+        reset patches, `written/<field>` into the pools' models), states and sensors; (states, sensordata)."""
+        env_ids = np.asarray(env_ids, dtype=np.int32)
+        patched = {k.split("/", 1)[1]: v for k, v in models.items() if k.startswith("patched/")}
+        written = {k.split("/", 1)[1]: v for k, v in models.items() if k.startswith("written/")}
+        for pool in (self.pool, self.reset_pool):
+            pool_models = pool.get_model(env_ids.tolist())
+            for field, values in written.items():
+                for model, row in zip(pool_models, values, strict=True):
+                    getattr(model, field)[:] = row
+        self.pool.reset(env_ids, states, randomization=dict(patched) or None, skipsensor=True)
+        return self.reset_pool.reset(env_ids, states, randomization=dict(patched) or None)
+
+    def _start_episodes(
+        self, env_ids: np.ndarray, states: np.ndarray, patched: dict[str, np.ndarray], written: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`bare_reset` with the drawn model fields, kept as the rows' fields in effect (and logged when recording)."""
+        models = {**{f"patched/{k}": v for k, v in patched.items()}, **{f"written/{k}": v for k, v in written.items()}}
+        for key, values in models.items():
+            values = np.asarray(values, dtype=np.float64)
+            if key not in self.models_in_effect:
+                self.models_in_effect[key] = np.zeros((self.num_envs, *values.shape[1:]))
+            self.models_in_effect[key][env_ids] = values
+        if self.reset_log is not None:
+            logged = {k: np.array(v, dtype=np.float64, copy=True) for k, v in models.items()}
+            self.reset_log.append((np.array(env_ids, dtype=np.int64), np.array(states, copy=True), logged))
+        return self.bare_reset(env_ids, states, models)
+
+    def log_state_write(self, rows: np.ndarray) -> None:
+        """Call after writing the state of `rows` outside a new episode (a push): a recorded window keeps it."""
+        if self.reset_log is not None:
+            rows = np.array(rows, dtype=np.int64)
+            self.reset_log.append((rows, self._state[rows].copy(), None))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the next steps depend on, as arrays (plus `rng`, the generator's state): physics state,
+        sensors, solver warm starts, episode counters and returns, observation, commands, their timers and
+        generators, the task's carry, the randomised model fields in effect, tracking sums. The last step's
+        deferred rewards are computed first."""
+        self._finish_pending()
+        snap: dict[str, Any] = {
+            "state": self._state.copy(),
+            "sensordata": self._sensordata.copy(),
+            "warmstart": self._warmstart.copy(),
+            "episode_length": self._episode_length.copy(),
+            "episode_return": self._episode_return.copy(),
+            "command": self.command.copy(),
+            "steps_until_next_cmd": self.steps_until_next_cmd.copy(),
+            "row_episodes": self.row_episodes.copy(),
+            "command_rngs": np.stack([_generator_words(rng, self.rng) for rng in self.command_rngs]),
+            "tracking_sums": self.tracking.sums.copy(),
+            "physics_failures_total": np.array(self.physics_failures_total, dtype=np.int64),
+        }
+        snap.update({f"obs/{key}": value.copy() for key, value in self._obs.items()})
+        snap.update({f"carry/{name}": getattr(self, name).copy() for name in self.carry_names})
+        snap.update({f"model/{key}": value.copy() for key, value in self.models_in_effect.items()})
+        snap.update(self._snapshot_extra())
+        snap["rng"] = self.rng.bit_generator.state
+        return snap
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Inverse of `snapshot` on an env built with the same arguments: it continues exactly as the one the
+        snapshot was taken from (its pools' models get the snapshot's randomised fields)."""
+        self._finish_pending()
+
+        def f64(key: str) -> np.ndarray:
+            return np.array(snapshot[key], dtype=np.float64, copy=True)
+
+        def i64(key: str) -> np.ndarray:
+            return np.array(snapshot[key], dtype=np.int64, copy=True)
+
+        self._state, self._sensordata, self._warmstart = f64("state"), f64("sensordata"), f64("warmstart")
+        self._episode_length, self._episode_return = i64("episode_length"), f64("episode_return")
+        self.command, self.steps_until_next_cmd = f64("command"), i64("steps_until_next_cmd")
+        self.row_episodes = i64("row_episodes")
+        self.rng.bit_generator.state = snapshot["rng"]
+        self.command_rngs = [_generator_from_words(words, self.rng) for words in np.asarray(snapshot["command_rngs"])]
+        self.tracking.sums = f64("tracking_sums")
+        self.physics_failures_total = int(snapshot["physics_failures_total"])
+        self._obs = {
+            key.split("/", 1)[1]: np.array(value, dtype=np.float32, copy=True)
+            for key, value in snapshot.items()
+            if key.startswith("obs/")
+        }
+        for name, (_, dtype) in self.carry_shapes().items():
+            setattr(self, name, np.array(snapshot[f"carry/{name}"], dtype=dtype, copy=True))
+        models = {k.split("/", 1)[1]: f64(k) for k in snapshot if k.startswith("model/")}
+        if models:  # every row's fields at once (the pools' reset refreshes the derived constants as at a reset)
+            self.bare_reset(np.arange(self.num_envs, dtype=np.int32), self._state, models)
+        self.models_in_effect = models
+        self._restore_extra(snapshot)
+
+    def _snapshot_extra(self) -> dict[str, np.ndarray]:
+        """A task's own state beyond the common one (arrays), for `snapshot`."""
+        return {}
+
+    def _restore_extra(self, snapshot: dict[str, Any]) -> None:
+        """Restore what `_snapshot_extra` added."""
+
+
+def _generator_words(rng: np.random.Generator, shared: np.random.Generator) -> np.ndarray:
+    """(7,) uint64 of a PCG64 generator's state: state and increment (high, low words), the buffered 32 bits,
+    and 1 (0 where it is `shared`, the env's own generator, as every row's is before the first reset)."""
+    if rng is shared:
+        return np.zeros(7, dtype=np.uint64)
+    s = rng.bit_generator.state
+    mask = (1 << 64) - 1
+    words = [s["state"]["state"] >> 64, s["state"]["state"] & mask, s["state"]["inc"] >> 64, s["state"]["inc"] & mask]
+    return np.array([*words, s["has_uint32"], s["uinteger"], 1], dtype=np.uint64)
+
+
+def _generator_from_words(words: np.ndarray, shared: np.random.Generator) -> np.random.Generator:
+    """Inverse of `_generator_words`."""
+    w = [int(x) for x in words]
+    if not w[6]:
+        return shared
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
+        "has_uint32": w[4],
+        "uinteger": w[5],
+    }
+    return rng

@@ -319,7 +319,9 @@ class Go2JoystickEnv(JoystickEnv):
         targets = self.layout.default_pose + ACTION_SCALE * actions
         return targets[:, self.layout.joint_of_actuator]
 
-    def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _pool_steps(
+        self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Both substeps in one pool call, so MuJoCo carries the solver's warm start between them itself; the
         next control step starts from the last substep's velocity change over h (zero at an episode's start).
         MuJoCo's Euler step applies the joint damping implicitly, so that is not exactly the solver's qacc:
@@ -333,18 +335,16 @@ class Go2JoystickEnv(JoystickEnv):
                 before_last.append(state[:, qv].copy())
             return targets
 
-        prev_time = self._state[:, 0]
         state, sensordata = self.pool.step(
-            self._state,
+            state,
             nstep=self.frame_skip,
-            initial_warmstart=self._warmstart,
+            initial_warmstart=warm,
             return_sensor=True,
             post_step_forward_sensor=False,
             control_callback=control,
             callback_sensordata=False,
         )
-        self._warmstart = (state[:, qv] - before_last[0]) / float(self.model.opt.timestep)
-        return state, sensordata, self._failed_rows(prev_time, state)
+        return state, sensordata, (state[:, qv] - before_last[0]) / float(self.model.opt.timestep)
 
     def step_inputs(self, p: dict[str, np.ndarray], actions: np.ndarray) -> dict[str, np.ndarray]:
         """The reward's carry; then this step's action becomes the one the observation shows."""
@@ -366,6 +366,15 @@ class Go2JoystickEnv(JoystickEnv):
         self._state = self._state.copy()  # the deferred reward holds views of the old one
         lin = slice(1 + self.nq, 1 + self.nq + 3)
         self._state[rows, lin] += self.rng.uniform(-PUSH_LINVEL, PUSH_LINVEL, size=(len(rows), 3))
+        self.log_state_write(rows)
+
+    def _snapshot_extra(self) -> dict[str, np.ndarray]:
+        """The clocks common to all rows: gait phase and control steps since `reset` (pushes)."""
+        return {"gait_phase": np.array(self.gait_phase, dtype=np.float32), "global_steps": np.array(self.global_steps)}
+
+    def _restore_extra(self, snapshot: dict[str, Any]) -> None:
+        self.gait_phase = np.float32(snapshot["gait_phase"])
+        self.global_steps = int(snapshot["global_steps"])
 
     def deploy_description(self) -> dict[str, Any]:
         """What a robot-side loop needs beyond the spec: observation layout, gait clock, joint targets, gains."""

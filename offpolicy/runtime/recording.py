@@ -50,8 +50,20 @@ class NoRecording:
 
 
 def recorder_for(env: Any, window: RecordWindow | None) -> WindowRecorder | NoRecording:
-    """A `WindowRecorder` of `env` for `window`, or a `NoRecording` without one."""
-    return NoRecording() if window is None else WindowRecorder(env, window)
+    """A `WindowRecorder` of `env` for `window`, or a `NoRecording` without one.
+
+    An env that cannot record (no `snapshot`/`restore`, no `reset_log`) is refused here, before the first tick.
+    """
+    if window is None:
+        return NoRecording()
+    missing = [name for name in ("snapshot", "restore", "reset_log") if not hasattr(env, name)]
+    if missing:
+        name = getattr(getattr(env, "spec", None), "name", type(env).__name__)
+        raise ValueError(
+            f"runtime.record: env {name!r} ({type(env).__name__}) cannot record a window for a same-trajectory "
+            f"replay: it lacks {', '.join(missing)}; leave runtime.record.ticks at 0 for this env"
+        )
+    return WindowRecorder(env, window)
 
 
 class WindowRecorder:
@@ -60,7 +72,11 @@ class WindowRecorder:
     every tick's phase durations (the `collector/phases` row the metric rows take their medians of), so the
     window's mean tick can be split into its phases tick by tick.
 
-    Needs an env with `snapshot()` and a `reset_log` (MujocoNpEnv). Saved as one .npz at the window's end.
+    Needs an env with `snapshot()`, `restore()` and a `reset_log` (MujocoNpEnv, the joystick tasks' env). A
+    log entry is (rows, states) or (rows, states, model fields): the fields of the new episodes' models (each
+    `(len(rows), ...)`), or None for a write of states inside the rows' episodes (a push). Saved as one .npz at
+    the window's end: `reset_kinds` per entry (0 new episodes, 1 a state write) and `reset_fields/<name>` the
+    fields of the entries that carry them, in order.
     """
 
     def __init__(self, env: Any, window: RecordWindow) -> None:
@@ -69,6 +85,8 @@ class WindowRecorder:
         self.actions: list[np.ndarray] = []
         self.obs: list[np.ndarray] = []
         self.resets: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.reset_kinds: list[int] = []
+        self.reset_fields: list[dict[str, np.ndarray]] = []
         self.forced: list[tuple[int, np.ndarray]] = []
         self.phases: list[np.ndarray] = []
         self.snapshot: dict[str, Any] | None = None
@@ -95,8 +113,11 @@ class WindowRecorder:
             self.actions.append(np.array(actions, copy=True))
 
     def _drain(self, tick: int) -> None:
-        for rows, states in self.env.reset_log or []:
+        for rows, states, *fields in self.env.reset_log or []:
             self.resets.append((tick, rows, states))
+            self.reset_kinds.append(int(bool(fields) and fields[0] is None))
+            if fields and fields[0]:
+                self.reset_fields.append(fields[0])
         if self.env.reset_log is not None:
             self.env.reset_log.clear()
 
@@ -149,6 +170,11 @@ class WindowRecorder:
             reset_counts=reset_counts,
             reset_rows=np.concatenate([r for _, r, _ in self.resets]) if self.resets else np.zeros(0, np.int64),
             reset_states=np.concatenate([s for _, _, s in self.resets]) if self.resets else np.zeros((0, nstate)),
+            reset_kinds=np.array(self.reset_kinds, dtype=np.int64),
+            **{
+                f"reset_fields/{key}": np.concatenate([f[key] for f in self.reset_fields])
+                for key in (self.reset_fields[0] if self.reset_fields else ())
+            },
             forced_ticks=np.array([t for t, _ in self.forced], dtype=np.int64),
             forced_rows=np.stack([r for _, r in self.forced]) if self.forced else np.zeros((0, 0), np.int64),
             in_run_seconds=(self.t1 - self.t0) / 1e9,
