@@ -7,8 +7,8 @@ minutes) and `learning_locomotion/` (the legged-robot tasks of `envs/locomotion`
 1. `python -m offpolicy.train algo=<algo> env=<task> seed=<k> budget=<budget>` in a subprocess, learner and
    collector pinned (`affinity=manual`), W&B off, recording a steady-state window of `--record-ticks` ticks
    from `--record-start-s` seconds into the loop (or tick `--record-start-tick`) for the same-trajectory
-   reference, where the task's env can snapshot its state (`records_window`: the locomotion envs cannot yet,
-   so their runs record no window and keep no `replay.json`) (console to `train_console.log`);
+   reference, where the task's env can snapshot its state (`records_window`; every shipped task can) (console
+   to `train_console.log`);
 2. `python -m offpolicy.eval checkpoint=<final checkpoint> episodes=<n> reference=<ref>`: the final snapshot's
    statistics in our env and in the implementation the task reproduces (Gymnasium's, or dm_control's for the
    DMC tasks; a locomotion task has none to re-score in, so no `reference=`, and its eval.json carries the
@@ -140,7 +140,7 @@ def suite_defaults(task: str) -> Suite:
 
 def records_window(task: str) -> bool:
     """Whether the task's env can snapshot and restore its state, which the recorded window and its replay need
-    (the locomotion envs carry state of their own between steps and do not yet)."""
+    (an env registered from outside may not)."""
     import envs
 
     with envs.make(task, num_envs=1, nthread=1) as env:
