@@ -151,12 +151,19 @@ class RecordingWandb(types.ModuleType):
         ({"WANDB_MODE": "offline"}, "", "online", "offline"),
         ({}, "# api.wandb.ai: no entry for it yet\n", "auto", "offline"),
         ({"WANDB_IDENTITY_TOKEN_FILE": "/run/token"}, "", "auto", "online"),
-        ({"WANDB_BASE_URL": "https://wandb.example.org"}, "machine wandb.example.org login u password p\n", "auto", "online"),
+        (
+            {"WANDB_BASE_URL": "https://wandb.example.org"},
+            "machine wandb.example.org login u password p\n",
+            "auto",
+            "online",
+        ),
         ({}, "machine api.wandb.ai login user password abc123\n", "auto", "online"),
         ({}, "", "auto", "offline"),
     ],
 )
-def test_eval_picks_the_wandb_mode_by_the_training_runs_rule(monkeypatch, tmp_path, environ, netrc_text, mode, expected):
+def test_eval_picks_the_wandb_mode_by_the_training_runs_rule(
+    monkeypatch, tmp_path, environ, netrc_text, mode, expected
+):
     from offpolicy.eval import log_to_wandb
 
     monkeypatch.setenv("HOME", str(tmp_path))
