@@ -159,6 +159,11 @@ class JoystickEnv(NpEnv):
     def begin_step(self) -> None:
         """A control step starts (its actions checked): clocks common to all rows advance here."""
 
+    def applied_forces(self) -> np.ndarray | None:
+        """(n, frame_skip, nbody * 6) Cartesian forces and torques on the bodies (MuJoCo's `xfrc_applied`, world
+        frame) during each substep of this control step, or None: none (the pool then applies none)."""
+        return None
+
     def physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
         """Named quantities a step reads from the last state and sensors of `rows`."""
         raise NotImplementedError
@@ -287,7 +292,13 @@ class JoystickEnv(NpEnv):
     def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run the pool one control step at the motor targets; (state, sensordata, failed rows)."""
         targets = self.controls(actions)
-        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
+        control = np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu))
+        forces = self.applied_forces()
+        spec = int(mujoco.mjtState.mjSTATE_CTRL)
+        if forces is not None:  # the pool sets what its control spec names before each substep, zeros the rest
+            control = np.concatenate([control, forces], axis=2)
+            spec |= int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+        control = np.ascontiguousarray(control)
         prev_time = self._state[:, 0]
         state, warm, h = self._state, self._warmstart, float(self.model.opt.timestep)
         qv = slice(1 + self.nq, 1 + self.nq + self.nv)
@@ -297,7 +308,13 @@ class JoystickEnv(NpEnv):
             ctrl = np.ascontiguousarray(control[:, k : k + 1])
             qvel_before = state[:, qv]
             state, sensordata = self.pool.step(
-                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
+                state,
+                nstep=1,
+                control_spec=spec,
+                control=ctrl,
+                initial_warmstart=warm,
+                return_sensor=True,
+                post_step_forward_sensor=False,
             )
             warm = (state[:, qv] - qvel_before) / h
         self._warmstart = warm
