@@ -113,6 +113,8 @@ class JoystickEnv(NpEnv):
         self.row_episodes = np.zeros(n, dtype=np.int64)
         """episodes started on each row since `reset` or `reset_rows` (keys its command generator)"""
         self.command_rngs: list[np.random.Generator] = [self.rng] * n
+        self.schedule: tuple[np.ndarray, np.ndarray] | None = None
+        """(commands (k, 3), the episode step each one ends at (k,)) set by `set_commands`, or None: drawn"""
         self.tracking = EpisodeTracking(n, TRACKING_TERMS, self.dt)
         self._obs: dict[str, np.ndarray] = {}
         self._pending: NpEnvState | None = None
@@ -221,6 +223,8 @@ class JoystickEnv(NpEnv):
         self._sensordata[env_ids] = sensordata
         # new arrays, never writes into old ones: a deferred reward may still hold them
         fresh = self._first_commands(env_ids)
+        if self.schedule is not None:  # a new episode starts the schedule over
+            fresh["command"] = np.tile(self.schedule[0][0], (len(env_ids), 1))
         for name in ("command", "steps_until_next_cmd", *self.carry_names):
             values = getattr(self, name).copy()
             values[env_ids] = fresh.get(name, 0)
@@ -240,8 +244,35 @@ class JoystickEnv(NpEnv):
         self.row_episodes[env_ids] += 1
         return {"command": command, "steps_until_next_cmd": steps}
 
+    def set_commands(self, commands: np.ndarray | None, steps: np.ndarray | None = None) -> None:
+        """Hold `commands[i]` (vx, vy, yaw rate) for `steps[i]` control steps, one after another, from every
+        episode's start on every row, the last one kept past the schedule's end; None: commands drawn again.
+
+        No command is drawn while a schedule is set; it applies at once to the running episodes (their
+        observations show it from the next step on).
+        """
+        if commands is None:
+            self.schedule = None
+            return
+        commands = np.array(commands, dtype=np.float64).reshape(-1, 3)
+        steps = np.array(steps, dtype=np.int64).reshape(-1)
+        if len(commands) == 0 or len(steps) != len(commands) or np.any(steps < 1):
+            raise ValueError(f"set_commands needs one command per segment of at least 1 step, got steps {steps}")
+        self.schedule = (commands, np.cumsum(steps))
+        self.command = self.scheduled_command(self._episode_length)
+
+    def scheduled_command(self, episode_step: np.ndarray) -> np.ndarray:
+        """(rows, 3) the schedule's command at each row's episode step (0: an episode's first step)."""
+        commands, ends = self.schedule
+        segment = np.minimum(np.searchsorted(ends, episode_step, side="right"), len(ends) - 1)
+        return commands[segment]
+
     def _resample_due_commands(self) -> None:
-        """Count down each row's command time; redraw where it ran out (each row from its own generator)."""
+        """Count down each row's command time; redraw where it ran out (each row from its own generator). Under
+        a schedule: the command of each row's next step."""
+        if self.schedule is not None:
+            self.command = self.scheduled_command(self._episode_length + 1)
+            return
         self.steps_until_next_cmd = self.steps_until_next_cmd - 1
         due = np.flatnonzero(self.steps_until_next_cmd <= 0)
         if due.size:  # a terminated row gets a new episode's command anyway
@@ -396,10 +427,14 @@ class JoystickEnv(NpEnv):
             episode_return[done_ids] = ended_return + reward[done_ids]
             self._episode_return[done_ids] = 0.0
         counted = np.ones(self.num_envs, dtype=bool) if failed is None else ~failed
-        tracking = self.tracking.add(
-            tracking_values(p, carry["command"]), episode_length, counted, done_ids, ended_tracking
-        )
-        info = {"reward_terms": weighted, "episode_return": episode_return, "episode_tracking": tracking}
+        values = tracking_values(p, carry["command"])
+        tracking = self.tracking.add(values, episode_length, counted, done_ids, ended_tracking)
+        info = {
+            "reward_terms": weighted,
+            "episode_return": episode_return,
+            "episode_tracking": tracking,
+            "step_tracking": values,
+        }
         return reward.astype(np.float32), info
 
     def _finish_pending(self) -> None:
