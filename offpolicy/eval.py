@@ -16,6 +16,10 @@ the number to compare with published v5 results. On a DeepMind Control Suite tas
 otherwise). With `video=true` it renders the first episode offscreen
 with MuJoCo's renderer and writes it to an MP4 (imageio + imageio-ffmpeg) next
 to `eval.json`; with `logger=wandb` the numbers and the video go to a W&B run.
+On a joystick task, `commands=[[vx, vy, yaw_rate, seconds], ...]` holds each command
+in turn from every episode's start on every row (`offpolicy.command_schedule`), the
+episodes last the schedule unless `max_episode_steps` is given, and eval.json's
+`command_segments` holds each segment's command, [start, end) steps and tracking errors.
 
 Why the env runs in this process: training keeps physics in a torch-free
 collector so the learner's device only ever does inference between update
@@ -220,6 +224,9 @@ def render_video(
     cam.trackbodyid = 1 if model.nbody > 1 else 0
     cam.distance = float((camera or {}).get("distance", 4.0))
     cam.elevation = float((camera or {}).get("elevation", -20.0))
+    shown = mujoco.MjvOption()
+    if not np.any((model.geom_group < 3) & (model.geom_bodyid > 0)):
+        shown.geomgroup[:] = 1  # the bodies carry collision geoms alone (visual meshes left out): show those
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -230,7 +237,7 @@ def render_video(
                 data.qpos[:] = qpos
                 data.qvel[:] = qvel
                 mujoco.mj_forward(model, data)
-                renderer.update_scene(data, camera=cam)
+                renderer.update_scene(data, camera=cam, scene_option=shown)
                 writer.append_data(renderer.render())
     except VideoError:
         raise

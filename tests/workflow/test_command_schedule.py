@@ -45,8 +45,11 @@ def test_a_bad_schedule_is_one_line_naming_the_entry(value, message):
 def test_seconds_round_to_control_steps_and_a_segment_of_no_step_is_refused():
     segments = parse_schedule([[0.5, 0, 0, 0.1], [1, 0, 0, 0.05], [0, 0, 1, 0.03]])
     assert segments[0] == Segment((0.5, 0.0, 0.0), 0.1)
-    np.testing.assert_array_equal(segment_steps(segments, 0.02), [5, 2, 2])  # 2.5 and 1.5 to even
-    with pytest.raises(ConfigError, match=r"commands=\[0.0, 0.0, 1.0, 0.009\]: seconds must be at least half a control step \(0.01 s\)$"):
+    np.testing.assert_array_equal(segment_steps(segments, 0.02), [5, 2, 2])  # 2.5 and 1.5 rounded half to even
+    with pytest.raises(
+        ConfigError,
+        match=r"commands=\[0.0, 0.0, 1.0, 0.009\]: seconds must be at least half a control step \(0.01 s\)$",
+    ):
         segment_steps(parse_schedule([[0, 0, 1, 0.009]]), 0.02)
     assert parse_schedule(None) is None
 
@@ -70,14 +73,16 @@ def test_the_command_follows_the_schedule_step_by_step_and_starts_over_with_each
     with envs.make(name, 3, seed=0, nthread=1, **options) as env:
         assert env.spec.dt == 0.02
         apply_schedule(env, name, segments)
-        for episode in range(2):  # the schedule starts over after the time limit's reset
-            state = env.reset() if episode == 0 else state
+        state = env.reset()
+        for _ in range(2):  # the schedule starts over after the time limit's reset
             for step in range(16):
                 np.testing.assert_array_equal(env.command, np.tile(commands[want[step]], (3, 1)))
                 # the observation shows the command of the step it came from (as in the references: it is
                 # taken before the next step's command is set), so a switch shows one step later
                 shown = commands[want[max(step - 1, 0)]]
-                np.testing.assert_array_equal(state.obs["actor"][:, commands_columns(name)], np.tile(shown, (3, 1)).astype(np.float32))
+                np.testing.assert_array_equal(
+                    state.obs["actor"][:, commands_columns(name)], np.tile(shown, (3, 1)).astype(np.float32)
+                )
                 state = env.step(np.zeros((3, 12)))
                 state.reward  # noqa: B018 - the deferred part, as a rollout reads it
             assert state.truncated.all()
@@ -134,3 +139,46 @@ def test_eval_cli_records_the_segments_of_a_go1_checkpoint(tmp_path):
     assert bad.stderr.strip().splitlines()[-1] == (
         "[offpolicy] invalid config: commands=[0.5, 0, 0, -4]: entry 0: seconds must be > 0"
     )
+
+
+def gl_backend_or_skip() -> str:
+    """The backend the CLI would choose (for a subprocess: mujoco is imported here already), or skip."""
+    from offpolicy.eval import choose_gl_backend
+
+    saved = os.environ.get("MUJOCO_GL")
+    try:
+        backend, problem = choose_gl_backend(False)
+    finally:
+        if saved is None:
+            os.environ.pop("MUJOCO_GL", None)
+    if problem:
+        pytest.skip(f"no offscreen GL backend (MUJOCO_GL={backend}: {problem}): install libosmesa6 or use EGL")
+    return backend
+
+
+RENDER_BOTH = """
+import sys, envs, imageio.v2 as imageio, numpy as np
+from offpolicy.eval import CAMERAS, render_video
+name, out = sys.argv[1], sys.argv[2]
+with envs.make(name, 1, seed=0, nthread=1) as env:
+    env.reset()
+    qpos, qvel = env.physics_qpos_qvel(0)
+    model, frames = env.model, []
+    for i, alpha in enumerate((1.0, 0.0)):
+        model.geom_rgba[model.geom_bodyid > 0, 3] = alpha
+        render_video(model, [(qpos, qvel)], f"{out}/{i}.mp4", 50, 64, 64, CAMERAS[name])
+        frames.append(imageio.get_reader(f"{out}/{i}.mp4").get_data(0).astype(float))
+print(np.abs(frames[0] - frames[1]).mean())
+"""
+"""renders one state of the task twice, the robot's geoms shown and made transparent: the mean change"""
+
+
+@pytest.mark.parametrize("name", ["go1_joystick_flat", "go2_joystick_flat"])
+def test_the_video_shows_the_robot_whose_visual_meshes_are_left_out(name, tmp_path):
+    """The quadrupeds' bodies carry collision geoms alone (group 3, hidden by default): the video shows them, so
+    making them transparent changes the frame."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MUJOCO_GL": gl_backend_or_skip()}
+    cmd = [sys.executable, "-c", RENDER_BOTH, name, str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[-1]) > 3  # grey levels: the robot fills part of the frame
