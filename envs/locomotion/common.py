@@ -415,7 +415,8 @@ class JoystickEnv(NpEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """The deferred part of a step: reward terms, reward, running and finished episodes' returns and
         tracking sums (`ended`: the ended rows' return and tracking sums before their reset, the step's
-        episode lengths)."""
+        episode lengths). `info["step_tracking"]` holds the step's own `tracking_values` (a command schedule's
+        evaluation sums them per segment)."""
         ended_return, ended_tracking, episode_length = ended
         reward, weighted = self.reward(p, carry)
         if failed is not None:  # a failed step earns nothing
