@@ -3,10 +3,10 @@
 `JoystickEnv` is the batched env of such a task: one pool model per env (domain randomisation drawn
 at every episode start), a second pool that evaluates a new episode's sensors without actuation,
 control steps run one substep per pool call so MuJoCo's solver warm start carries across them,
-commands drawn per row from a generator of its own, rewards and tracking sums deferred to first
-read (`NpEnvState`), and auto-reset. A task's env subclasses it and fills in the hooks: its layout,
-reset distribution, randomisation, commands, physics view, observation, reward, termination and
-the state it carries from step to step.
+commands drawn per row from a generator of its own (or held along a schedule, `set_commands`),
+rewards and tracking sums deferred to first read (`NpEnvState`), and auto-reset. A task's env subclasses it and fills in the hooks: its layout,
+reset distribution, randomisation, commands, forces on the bodies during the substeps, physics view,
+observation, reward, termination and the state it carries from step to step.
 """
 
 from __future__ import annotations
