@@ -116,10 +116,22 @@ class Flag:
 
 @dataclass(frozen=True)
 class Interval:
-    """An open range (low, high) of two numbers with low < high; either end may be infinite, neither NaN."""
+    """A range (low, high) of two numbers with low < high; either end may be infinite, neither NaN.
+
+    Stricter ranges say so: `finite` (both ends finite), `ge` or `gt` (a bound on both ends), `closed`
+    (low == high allowed: a range that always draws the same value).
+    """
 
     low: float
     high: float
+    finite: bool = False
+    """both ends must be finite"""
+    ge: float | None = None
+    """both ends must be at least this"""
+    gt: float | None = None
+    """both ends must be greater than this"""
+    closed: bool = False
+    """low may equal high"""
 
     @property
     def default(self) -> tuple[float, float]:
@@ -128,12 +140,21 @@ class Interval:
 
     def allowed(self) -> str:
         """What the option takes, in words."""
-        return "must be two numbers [low, high] with low < high (either may be inf or -inf)"
+        order = "<=" if self.closed else "<"
+        if not (self.finite or self.closed or self.ge is not None or self.gt is not None):
+            return "must be two numbers [low, high] with low < high (either may be inf or -inf)"
+        bound = f"{_number(self.ge)} <= " if self.ge is not None else ""
+        bound = f"{_number(self.gt)} < " if self.gt is not None else bound
+        kind = "finite numbers" if self.finite else "numbers"
+        return f"must be two {kind} [low, high] with {bound}low {order} high"
 
     def parse(self, name: str, value: Any) -> tuple[float, float]:
         """`value` as a (low, high) tuple of floats, or an `OptionError`."""
         low, high = (_as_float(v) for v in value) if isinstance(value, list | tuple) and len(value) == 2 else (0, 0)
-        if not low < high:  # also false where either end is NaN (not a number)
+        ordered = low <= high if self.closed else low < high  # also false where either end is NaN (not a number)
+        finite = not self.finite or (math.isfinite(low) and math.isfinite(high))
+        above = (self.ge is None or low >= self.ge) and (self.gt is None or low > self.gt)
+        if not (ordered and finite and above) or not isinstance(value, list | tuple) or len(value) != 2:
             raise OptionError(name, value, self.allowed())
         return (low, high)
 

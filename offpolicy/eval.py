@@ -16,6 +16,10 @@ the number to compare with published v5 results. On a DeepMind Control Suite tas
 otherwise). With `video=true` it renders the first episode offscreen
 with MuJoCo's renderer and writes it to an MP4 (imageio + imageio-ffmpeg) next
 to `eval.json`; with `logger=wandb` the numbers and the video go to a W&B run.
+On a joystick task, `commands=[[vx, vy, yaw_rate, seconds], ...]` holds each command
+in turn from every episode's start on every row (`offpolicy.command_schedule`), the
+episodes last the schedule unless `max_episode_steps` is given, and eval.json's
+`command_segments` holds each segment's command, [start, end) steps and tracking errors.
 
 Why the env runs in this process: training keeps physics in a torch-free
 collector so the learner's device only ever does inference between update
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes.util
+import functools
 import json
 import logging
 import math
@@ -57,6 +62,13 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from offpolicy.command_schedule import (
+    SegmentTracking,
+    apply_schedule,
+    parse_schedule,
+    schedule_steps_total,
+    scheduled_rollout,
+)
 from offpolicy.exit_status import ExitStatus
 from offpolicy.logger import wandb_mode
 from offpolicy.runtime.snapshot_eval import (
@@ -76,8 +88,11 @@ CAMERAS: dict[str, dict[str, float]] = {
     "hopper": {"distance": 3.0, "elevation": -20.0},
     "walker2d": {"distance": 4.0, "elevation": -20.0},
     "humanoid": {"distance": 4.0, "elevation": -20.0},
+    "go1_joystick_flat": {"distance": 1.5, "elevation": -20.0},
+    "go2_joystick_flat": {"distance": 1.5, "elevation": -20.0},
 }
-"""tracking-camera placement per task (Gymnasium v5's default camera distances)"""
+"""tracking-camera placement per task (Gymnasium v5's default camera distances; the quadrupeds, about 0.3 m tall,
+seen from close enough to show their gait)"""
 
 
 class VideoError(RuntimeError):
@@ -209,6 +224,9 @@ def render_video(
     cam.trackbodyid = 1 if model.nbody > 1 else 0
     cam.distance = float((camera or {}).get("distance", 4.0))
     cam.elevation = float((camera or {}).get("elevation", -20.0))
+    shown = mujoco.MjvOption()
+    if not np.any((model.geom_group < 3) & (model.geom_bodyid > 0)):
+        shown.geomgroup[:] = 1  # the bodies carry collision geoms alone (visual meshes left out): show those
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -219,7 +237,7 @@ def render_video(
                 data.qpos[:] = qpos
                 data.qvel[:] = qvel
                 mujoco.mj_forward(model, data)
-                renderer.update_scene(data, camera=cam)
+                renderer.update_scene(data, camera=cam, scene_option=shown)
                 writer.append_data(renderer.render())
     except VideoError:
         raise
@@ -327,18 +345,26 @@ def batch_rows(episodes: int, action: str, training_rows: int) -> int:
 
 
 def run_episodes(
-    env: Any, algorithm: Any, device: Any, episodes: int, action: str, record_first: bool = False
+    env: Any,
+    algorithm: Any,
+    device: Any,
+    episodes: int,
+    action: str,
+    record_first: bool = False,
+    segments: SegmentTracking | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list, dict[str, float]]:
     """`episodes` episodes from fresh resets, `env.spec.num_envs` at a time: (returns, lengths, row 0's states
     in the first batch, tracking statistics where the task has tracking terms). Each batch acts with a new
     policy, so every row's exploration noise restarts with its episode as in training; rows of a last batch
-    beyond `episodes` are run and dropped."""
+    beyond `episodes` are run and dropped. Under a command schedule (the env's `set_commands`) `segments` sums
+    each step's tracking errors into its segment."""
+    roll = rollout if segments is None else functools.partial(scheduled_rollout, segments=segments)
     spec = env.spec
     returns, lengths, states, sums, fell = [], [], [], [], []
     while sum(len(r) for r in returns) < episodes:
         policy = MeanPolicy(algorithm, spec, device) if action == "mean" else SampledPolicy(algorithm, spec, device)
         tracking: dict[str, Any] = {}
-        batch_returns, batch_lengths, frames = rollout(
+        batch_returns, batch_lengths, frames = roll(
             env, policy, record_first=record_first and not returns, tracking=tracking
         )
         returns.append(batch_returns)
@@ -388,6 +414,8 @@ class _Loaded:
     compile_policy: bool
     gl_problem: str | None
     """why no video can be rendered (the one line to print), or None"""
+    schedule: Any = None
+    """the command schedule (`command_schedule.Segment`s), or None"""
 
 
 @dataclass
@@ -402,6 +430,8 @@ class _Episodes:
     """row 0's states of the first episode (the video's frames)"""
     tracked: dict[str, float]
     model: Any
+    command_segments: list | None = None
+    """per segment of the command schedule: its command, steps and tracking errors"""
 
 
 def evaluate(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
@@ -475,9 +505,12 @@ def _load_checked(cfg: DictConfig, device: Any, reference: str) -> _Loaded:
     name_key = "env.name" if chosen_env else "checkpoint"
     check_task(env_name, options, name_key, "env_options")  # before the env is built: one line, not a traceback
     check_reference(reference, env_name)
+    schedule = parse_schedule(OmegaConf.to_container(cfg.commands) if cfg.get("commands") is not None else None)
     if cfg.get("max_episode_steps") is not None:
         options["max_episode_steps"] = int(cfg.max_episode_steps)
-    return _Loaded(path, ckpt, env_name, options, algo_cfg, compile_policy, gl_problem)
+    elif schedule is not None:  # the episodes last the schedule
+        options["max_episode_steps"] = schedule_steps_total(env_name, options, schedule)
+    return _Loaded(path, ckpt, env_name, options, algo_cfg, compile_policy, gl_problem, schedule)
 
 
 def _run_checked_episodes(
@@ -508,14 +541,19 @@ def _run_checked_episodes(
         )
         load_algorithm_state(algorithm, ckpt, path, allow_policy_only=True)  # a policy file acts the same
         record = bool(cfg.video) and loaded.gl_problem is None
+        segments = None
+        if loaded.schedule is not None:
+            steps = apply_schedule(env, loaded.env_name, loaded.schedule)
+            segments = SegmentTracking(loaded.schedule, steps, tuple(spec.tracking_terms))
         with physics_dir:
             returns, lengths, states, tracked = run_episodes(
-                env, algorithm, device, episodes, action, record_first=record
+                env, algorithm, device, episodes, action, record_first=record, segments=segments
             )
         model = env.model
     finally:
         env.close()
-    return _Episodes(spec, algorithm, returns, lengths, states, tracked, model)
+    summary = segments.summary() if segments is not None else None
+    return _Episodes(spec, algorithm, returns, lengths, states, tracked, model, summary)
 
 
 def _eval_result(loaded: _Loaded, ran: _Episodes, device: Any, episodes: int, action: str) -> dict[str, Any]:
@@ -543,6 +581,7 @@ def _eval_result(loaded: _Loaded, ran: _Episodes, device: Any, episodes: int, ac
         "returns": ran.returns.tolist(),
         "lengths": ran.lengths.tolist(),
         **ran.tracked,  # a tracking task's lin_vel_error, yaw_rate_error, command_speed, fall_fraction
+        **({"command_segments": ran.command_segments} if ran.command_segments is not None else {}),
         "device": str(device),
         "compiled_policy": loaded.compile_policy and device.type == "cuda",
         "video": None,

@@ -354,9 +354,12 @@ class EvaluateConfig:
     actor: Literal["auto", "raw", "averaged"] = "auto"
     """which weights act: auto (the averaged actor when the run had algo.policy_ema on), raw, or averaged"""
     max_episode_steps: PositiveInt | None = None
-    """time limit of the evaluated episodes (null: the task's own)"""
+    """time limit of the evaluated episodes (null: the task's own, or the command schedule's length)"""
     env_options: dict[str, Any] = field(default_factory=dict)
     """task options on top of the checkpoint's"""
+    commands: list[Any] | None = None
+    """a joystick task's command schedule, [[vx, vy, yaw_rate, seconds], ...] held in turn from every episode's
+    start (offpolicy.command_schedule); null: the task draws its commands"""
     seed: Seed = 0
     """seeds the env resets"""
     device: str = "auto"

@@ -3,10 +3,10 @@
 `JoystickEnv` is the batched env of such a task: one pool model per env (domain randomisation drawn
 at every episode start), a second pool that evaluates a new episode's sensors without actuation,
 control steps run one substep per pool call so MuJoCo's solver warm start carries across them,
-commands drawn per row from a generator of its own, rewards and tracking sums deferred to first
-read (`NpEnvState`), and auto-reset. A task's env subclasses it and fills in the hooks: its layout,
-reset distribution, randomisation, commands, physics view, observation, reward, termination and
-the state it carries from step to step.
+commands drawn per row from a generator of its own (or held along a schedule, `set_commands`),
+rewards and tracking sums deferred to first read (`NpEnvState`), and auto-reset. A task's env subclasses it and fills in the hooks: its layout,
+reset distribution, randomisation, commands, forces on the bodies during the substeps, physics view,
+observation, reward, termination and the state it carries from step to step.
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ class JoystickEnv(NpEnv):
         self.row_episodes = np.zeros(n, dtype=np.int64)
         """episodes started on each row since `reset` or `reset_rows` (keys its command generator)"""
         self.command_rngs: list[np.random.Generator] = [self.rng] * n
+        self.schedule: tuple[np.ndarray, np.ndarray] | None = None
+        """(commands (k, 3), the episode step each one ends at (k,)) set by `set_commands`, or None: drawn"""
         self.tracking = EpisodeTracking(n, TRACKING_TERMS, self.dt)
         self._obs: dict[str, np.ndarray] = {}
         self._pending: NpEnvState | None = None
@@ -164,6 +166,11 @@ class JoystickEnv(NpEnv):
     def begin_step(self) -> None:
         """A control step starts (its actions checked): clocks common to all rows advance here."""
 
+    def applied_forces(self) -> np.ndarray | None:
+        """(n, frame_skip, nbody * 6) Cartesian forces and torques on the bodies (MuJoCo's `xfrc_applied`, world
+        frame) during each substep of this control step, or None: none (the pool then applies none)."""
+        return None
+
     def physics(self, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
         """Named quantities a step reads from the last state and sensors of `rows`."""
         raise NotImplementedError
@@ -214,6 +221,8 @@ class JoystickEnv(NpEnv):
         self._sensordata[env_ids] = sensordata
         # new arrays, never writes into old ones: a deferred reward may still hold them
         fresh = self._first_commands(env_ids)
+        if self.schedule is not None:  # a new episode starts the schedule over
+            fresh["command"] = np.tile(self.schedule[0][0], (len(env_ids), 1))
         for name in ("command", "steps_until_next_cmd", *self.carry_names):
             values = getattr(self, name).copy()
             values[env_ids] = fresh.get(name, 0)
@@ -233,8 +242,35 @@ class JoystickEnv(NpEnv):
         self.row_episodes[env_ids] += 1
         return {"command": command, "steps_until_next_cmd": steps}
 
+    def set_commands(self, commands: np.ndarray | None, steps: np.ndarray | None = None) -> None:
+        """Hold `commands[i]` (vx, vy, yaw rate) for `steps[i]` control steps, one after another, from every
+        episode's start on every row, the last one kept past the schedule's end; None: commands drawn again.
+
+        No command is drawn while a schedule is set; it applies at once to the running episodes (their
+        observations show it from the next step on).
+        """
+        if commands is None:
+            self.schedule = None
+            return
+        commands = np.array(commands, dtype=np.float64).reshape(-1, 3)
+        steps = np.array(steps, dtype=np.int64).reshape(-1)
+        if len(commands) == 0 or len(steps) != len(commands) or np.any(steps < 1):
+            raise ValueError(f"set_commands needs one command per segment of at least 1 step, got steps {steps}")
+        self.schedule = (commands, np.cumsum(steps))
+        self.command = self.scheduled_command(self._episode_length)
+
+    def scheduled_command(self, episode_step: np.ndarray) -> np.ndarray:
+        """(rows, 3) the schedule's command at each row's episode step (0: an episode's first step)."""
+        commands, ends = self.schedule
+        segment = np.minimum(np.searchsorted(ends, episode_step, side="right"), len(ends) - 1)
+        return commands[segment]
+
     def _resample_due_commands(self) -> None:
-        """Count down each row's command time; redraw where it ran out (each row from its own generator)."""
+        """Count down each row's command time; redraw where it ran out (each row from its own generator). Under
+        a schedule: the command of each row's next step."""
+        if self.schedule is not None:
+            self.command = self.scheduled_command(self._episode_length + 1)
+            return
         self.steps_until_next_cmd = self.steps_until_next_cmd - 1
         due = np.flatnonzero(self.steps_until_next_cmd <= 0)
         if due.size:  # a terminated row gets a new episode's command anyway
@@ -285,7 +321,9 @@ class JoystickEnv(NpEnv):
     def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run the pool one control step at the motor targets; (state, sensordata, failed rows)."""
         prev_time = self._state[:, 0]
-        state, sensordata, self._warmstart = self._pool_steps(self._state, self._warmstart, actions)
+        state, sensordata, self._warmstart = self._pool_steps(
+            self._state, self._warmstart, actions, self.applied_forces()
+        )
         return state, sensordata, self._failed_rows(prev_time, state)
 
     def _failed_rows(self, prev_time: np.ndarray, state: np.ndarray) -> np.ndarray:
@@ -352,7 +390,8 @@ class JoystickEnv(NpEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """The deferred part of a step: reward terms, reward, running and finished episodes' returns and
         tracking sums (`ended`: the ended rows' return and tracking sums before their reset, the step's
-        episode lengths)."""
+        episode lengths). `info["step_tracking"]` holds the step's own `tracking_values` (a command schedule's
+        evaluation sums them per segment)."""
         ended_return, ended_tracking, episode_length = ended
         reward, weighted = self.reward(p, carry)
         if failed is not None:  # a failed step earns nothing
@@ -364,10 +403,14 @@ class JoystickEnv(NpEnv):
             episode_return[done_ids] = ended_return + reward[done_ids]
             self._episode_return[done_ids] = 0.0
         counted = np.ones(self.num_envs, dtype=bool) if failed is None else ~failed
-        tracking = self.tracking.add(
-            tracking_values(p, carry["command"]), episode_length, counted, done_ids, ended_tracking
-        )
-        info = {"reward_terms": weighted, "episode_return": episode_return, "episode_tracking": tracking}
+        values = tracking_values(p, carry["command"])
+        tracking = self.tracking.add(values, episode_length, counted, done_ids, ended_tracking)
+        info = {
+            "reward_terms": weighted,
+            "episode_return": episode_return,
+            "episode_tracking": tracking,
+            "step_tracking": values,
+        }
         return reward.astype(np.float32), info
 
     def _finish_pending(self) -> None:
@@ -383,11 +426,17 @@ class JoystickEnv(NpEnv):
 
     # --- snapshots and bare physics (a recorded window's same-trajectory replay) -------------------
     def _pool_steps(
-        self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray
+        self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray, forces: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The pool calls of one control step from (state, warm start): (state, sensordata, next warm start)."""
+        """The pool calls of one control step from (state, warm start): (state, sensordata, next warm start).
+        `forces` (n, frame_skip, nbody * 6), where given, is applied to the bodies (`xfrc_applied`) per substep."""
         targets = self.controls(actions)
-        control = np.ascontiguousarray(np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu)))
+        control = np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu))
+        spec = int(mujoco.mjtState.mjSTATE_CTRL)
+        if forces is not None:  # the pool sets what its control spec names before each substep, zeros the rest
+            control = np.concatenate([control, forces], axis=2)
+            spec |= int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+        control = np.ascontiguousarray(control)
         h = float(self.model.opt.timestep)
         qv = slice(1 + self.nq, 1 + self.nq + self.nv)
         # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
@@ -396,14 +445,21 @@ class JoystickEnv(NpEnv):
             ctrl = np.ascontiguousarray(control[:, k : k + 1])
             qvel_before = state[:, qv]
             state, sensordata = self.pool.step(
-                state, nstep=1, control=ctrl, initial_warmstart=warm, return_sensor=True, post_step_forward_sensor=False
+                state,
+                nstep=1,
+                control_spec=spec,
+                control=ctrl,
+                initial_warmstart=warm,
+                return_sensor=True,
+                post_step_forward_sensor=False,
             )
             warm = (state[:, qv] - qvel_before) / h
         return state, sensordata, warm
 
     def bare_step(self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The physics of one control step and nothing else (no observation, reward or carry): the pool calls
-        `step` makes, from (state, warm start) to the next (state, warm start)."""
+        `step` makes, from (state, warm start) to the next (state, warm start). Go1's optional pushes (forces on
+        the torso) are not in a recorded window, so its bare replay with pushes on steps without them."""
         state, _, warm = self._pool_steps(state, warm, actions)
         return state, warm
 

@@ -21,8 +21,8 @@ Where each part comes from (Playground's `locomotion/go1/joystick.py` unless nam
 - Critic observation (123, "privileged_state"): the actor's, then the same
   quantities without noise, the accelerometer, the global angular velocity,
   actuator forces, the last step's foot contacts, foot velocities (world frame),
-  foot air times, the push force on the torso and Playground's push flag (both
-  zero: pushes are not implemented; Playground's default leaves them off).
+  foot air times, the push force on the torso during the step (world frame) and
+  Playground's push flag (both zero with pushes off).
 - Reward (`_get_reward`): 16 terms, each times its weight (`REWARD_SCALES`),
   summed, times dt, clipped at 0 below. `info["reward_terms"]` holds each term
   times its weight (Playground's `reward/<term>` metrics).
@@ -34,6 +34,19 @@ Where each part comes from (Playground's `locomotion/go1/joystick.py` unless nam
   command sequences are fixed by its seed, whatever the policy does on other rows.
 - Reset (`reset`): home keyframe, x and y +- 0.5 m, yaw +- 3.14, base linear
   and angular velocity +- 0.5, actuator controls at the home pose.
+- Pushes (`pert_config`, `_maybe_apply_perturbation`), off by default as in Playground
+  (`push_robots`): at an episode's start a wait W ~ U(`push_wait_time`) s, a duration
+  T ~ U(`push_kick_duration`) s and a kick v ~ U(`push_velocity_kick`) m/s are drawn,
+  kept for the whole episode. Each control step before its physics: while waiting,
+  the counter of steps since the last push goes up; on the step it reaches
+  round(W / dt) a new horizontal direction d is drawn uniformly on the circle. From
+  the next step on the torso is pushed: at the push's k-th step (k = 0, 1, ...,
+  round(T / dt)) the force 0.5 sin(pi k dt / T) M v / T d acts on the torso
+  (`xfrc_applied`, M the nominal robot mass: the torso's subtree) during every
+  substep of that control step; after the step k = round(T / dt) the wait starts
+  again. The push flag is "steps since the last push >= round(W / dt)" after that
+  update. Playground carries this clock across its auto-resets; here each new
+  episode starts its own.
 - Termination (`_get_termination`): the IMU z axis points down.
 - Domain randomisation (`randomize.py`), each behind its option: floor friction
   U(0.4, 1.0); joint friction loss x U(0.9, 1.1); joint armature x U(1.0, 1.05);
@@ -76,7 +89,7 @@ from envs.locomotion.common import (
 from envs.locomotion.common import TRACKING_TERMS as TRACKING_TERMS  # re-exported: the tracking tests read them
 from envs.locomotion.common import tracking_values as tracking_values
 from envs.mujoco.task import MujocoTask
-from envs.options import Flag, Option, Real
+from envs.options import Flag, Interval, Option, Real
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "go1"
 SCENE_XML = ASSETS / "scene_mjx_feetonly_flat_terrain.xml"
@@ -110,6 +123,16 @@ REWARD_SCALES = {
     "feet_slip": -0.1,
     "feet_air_time": 0.1,
 }
+CTRL_DT = 0.02
+"""the control step (0.004-s timestep x 5 substeps)"""
+PUSH_OPTIONS = {
+    "push_robots": Flag(False),
+    "push_velocity_kick": Interval(0.0, 3.0, finite=True, ge=0.0, closed=True),
+    "push_kick_duration": Interval(0.05, 0.2, finite=True, gt=0.0, closed=True),
+    # at least one control step: the first push's direction is drawn when the wait ends
+    "push_wait_time": Interval(1.0, 3.0, finite=True, ge=CTRL_DT, closed=True),
+}
+"""Playground's `pert_config` (seconds, m/s), off by default as there"""
 RANDOMIZATIONS = (
     "randomize_floor_friction",
     "randomize_joint_friction",
@@ -130,6 +153,7 @@ class Go1JoystickFlat(MujocoTask):
     options: ClassVar[dict[str, Option]] = {
         "noise_level": Real(1.0, ge=0.0),
         **{flag: Flag(True) for flag in RANDOMIZATIONS},
+        **PUSH_OPTIONS,
     }
 
     def build_spec(self) -> mujoco.MjSpec:
@@ -276,6 +300,31 @@ class Go1JoystickEnv(JoystickEnv):
         "qpos0",
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        n = self.num_envs
+        self.pushes = bool(self.task.cfg["push_robots"])
+        self.robot_mass = float(self.model.body_subtreemass[self.layout.torso_body])
+        """M of the push force: the nominal robot's mass (Playground's torso subtree mass of the unrandomised model)"""
+        self.push_force = np.zeros((n, 3))
+        """the force on the torso during the last step (world frame)"""
+        self.pushing = np.zeros(n, dtype=bool)
+        """Playground's push flag: the steps since the last push reached the wait"""
+        self.push_wait = np.zeros(n, dtype=np.int64)
+        """control steps between pushes, round(W / dt)"""
+        self.push_duration = np.zeros(n, dtype=np.int64)
+        """round(T / dt): a push's last step"""
+        self.push_seconds = np.ones(n)
+        """T"""
+        self.push_kick = np.zeros(n)
+        """v"""
+        self.push_since = np.zeros(n, dtype=np.int64)
+        """control steps since the last push ended"""
+        self.push_step = np.zeros(n, dtype=np.int64)
+        """the step of the push under way (k)"""
+        self.push_dir = np.zeros((n, 3))
+        """the horizontal direction of the next or current push"""
+
     def make_layout(self, m: mujoco.MjModel) -> Layout:
         return Layout(m)
 
@@ -338,6 +387,56 @@ class Go1JoystickEnv(JoystickEnv):
             written["qpos0"] = qpos0
         return patched, written
 
+    def _reset_rows(self, env_ids: np.ndarray, states: np.ndarray | None = None) -> None:
+        """New episodes, then their push clocks (drawn only with pushes on: off, nothing else changes)."""
+        super()._reset_rows(env_ids, states)
+        n, cfg, dt = len(env_ids), self.task.cfg, self.dt
+        for name in ("push_force", "pushing", "push_since", "push_step", "push_dir"):
+            values = getattr(self, name).copy()  # new arrays: a handed-out observation may hold the old ones
+            values[env_ids] = 0
+            setattr(self, name, values)
+        if not self.pushes:
+            return
+        wait = self.rng.uniform(*cfg["push_wait_time"], size=n)
+        seconds = self.rng.uniform(*cfg["push_kick_duration"], size=n)
+        kick = self.rng.uniform(*cfg["push_velocity_kick"], size=n)
+        self.push_wait[env_ids] = np.round(wait / dt).astype(np.int64)
+        self.push_seconds[env_ids] = seconds
+        self.push_duration[env_ids] = np.round(seconds / dt).astype(np.int64)
+        self.push_kick[env_ids] = kick
+
+    def begin_step(self) -> None:
+        """With pushes on: Playground's `_maybe_apply_perturbation`, the force of this step (`push_force`)."""
+        if self.pushes:
+            self._advance_pushes()
+
+    def _advance_pushes(self) -> None:
+        """Rows under a push get this step's half-sine force and count its steps; the others wait, and draw a
+        direction on the step their wait ends."""
+        on = self.push_since >= self.push_wait
+        seconds = self.push_seconds
+        t = self.push_step * self.dt
+        size = 0.5 * np.sin(np.pi * t / seconds) * self.robot_mass * self.push_kick / seconds
+        self.push_force = np.where(on[:, None], size[:, None] * self.push_dir, 0.0)
+        ended = on & (self.push_step >= self.push_duration)
+        since = np.where(on, np.where(ended, 0, self.push_since), self.push_since + 1)
+        due = ~on & (since >= self.push_wait)
+        self.push_step = np.where(on, self.push_step + 1, np.where(due, 0, self.push_step))
+        self.push_since = since
+        if due.any():
+            angle = self.rng.uniform(0.0, 2 * np.pi, size=int(np.count_nonzero(due)))
+            self.push_dir = self.push_dir.copy()
+            self.push_dir[due] = np.stack([np.cos(angle), np.sin(angle), np.zeros_like(angle)], axis=1)
+        self.pushing = self.push_since >= self.push_wait
+
+    def applied_forces(self) -> np.ndarray | None:
+        """With pushes on: this step's push force on the torso during each of its substeps."""
+        if not self.pushes:
+            return None
+        forces = np.zeros((self.num_envs, self.frame_skip, self.model.nbody, 6))
+        forces[:, :, self.layout.torso_body, :3] = self.push_force[:, None, :]
+        return forces.reshape(self.num_envs, self.frame_skip, -1)
+
     def _noisy(self, x: np.ndarray, key: str) -> np.ndarray:
         return x + (2 * self.rng.random(x.shape) - 1) * (self.noise_level * NOISE_SCALES[key])
 
@@ -370,7 +469,8 @@ class Go1JoystickEnv(JoystickEnv):
                 self.last_contact[rows],
                 p["feet_vel"].reshape(n, 12),
                 self.feet_air_time[rows],
-                np.zeros((n, 4)),  # push force on the torso (3) and push flag: no pushes
+                self.push_force[rows],
+                self.pushing[rows, None],
             ]
         )
         return {ACTOR_OBS_KEY: actor.astype(np.float32), CRITIC_OBS_KEY: critic.astype(np.float32)}
@@ -420,6 +520,20 @@ class Go1JoystickEnv(JoystickEnv):
 
     def reward(self, p: dict[str, np.ndarray], carry: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         return combine(reward_terms(self.layout, p, carry), self.dt)
+
+    PUSH_STATE: ClassVar[tuple[str, ...]] = (
+        "push_force", "pushing", "push_wait", "push_duration", "push_seconds", "push_kick", "push_since",
+        "push_step", "push_dir",
+    )  # fmt: skip
+    """the per-row push clocks and draws, all a snapshot needs of the pushes (their randomness is the env's RNG)"""
+
+    def _snapshot_extra(self) -> dict[str, np.ndarray]:
+        """The push state (all zeros while pushes are off)."""
+        return {f"push/{k}": getattr(self, k).copy() for k in self.PUSH_STATE}
+
+    def _restore_extra(self, snapshot: dict[str, Any]) -> None:
+        for k in self.PUSH_STATE:
+            setattr(self, k, np.array(snapshot[f"push/{k}"], dtype=getattr(self, k).dtype, copy=True))
 
     def deploy_description(self) -> dict[str, Any]:
         """What a robot-side loop needs beyond the spec: observation layout, joint targets and PD gains."""

@@ -320,12 +320,15 @@ class Go2JoystickEnv(JoystickEnv):
         return targets[:, self.layout.joint_of_actuator]
 
     def _pool_steps(
-        self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray
+        self, state: np.ndarray, warm: np.ndarray, actions: np.ndarray, forces: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Both substeps in one pool call, so MuJoCo carries the solver's warm start between them itself; the
         next control step starts from the last substep's velocity change over h (zero at an episode's start).
         MuJoCo's Euler step applies the joint damping implicitly, so that is not exactly the solver's qacc:
-        the first substep of a step can differ from plain `mj_step` within the solver's tolerance."""
+        the first substep of a step can differ from plain `mj_step` within the solver's tolerance. Go2 applies
+        no forces (its pushes change the base velocity between steps): `forces` must be None."""
+        if forces is not None:
+            raise ValueError("go2_joystick_flat applies no body forces")
         targets = np.ascontiguousarray(self.controls(actions))
         qv = slice(1 + self.nq, 1 + self.nq + self.nv)
         before_last: list[np.ndarray] = []

@@ -19,8 +19,17 @@ RESAMPLED = np.arange(N)
 their episode ended before"""
 
 
-def make(name: str):
-    return envs.make(name, N, seed=3, nthread=1, max_episode_steps=EPISODE)
+PUSHES = {
+    "push_robots": True,
+    "push_wait_time": [1.0, 1.2],
+    "push_kick_duration": [0.2, 0.2],
+    "push_velocity_kick": [0.5, 1.0],
+}
+"""Go1's pushes start 50-60 steps into an episode and last 10: under way when the snapshot is taken at step K"""
+
+
+def make(name: str, pushes: bool = False):
+    return envs.make(name, N, seed=3, nthread=1, max_episode_steps=EPISODE, **(PUSHES if pushes else {}))
 
 
 def run(env, actions: np.ndarray) -> list[dict[str, np.ndarray]]:
@@ -47,11 +56,11 @@ def run(env, actions: np.ndarray) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def snapshot_and_continue(name: str):
+def snapshot_and_continue(name: str, pushes: bool = False):
     """(steps after the snapshot in the original env, the same steps in a fresh env restored from it, the rows
     whose episode ended before step K + 2)."""
     actions = np.random.default_rng(7).uniform(-0.3, 0.3, size=(K + M, N, 12))  # mild: no row falls before step K + 2
-    env = make(name)
+    env = make(name, pushes)
     env.reset()
     env.steps_until_next_cmd[RESAMPLED] = 5
     if name == "go2_joystick_flat":  # the interval push falls at step K + 3
@@ -66,7 +75,7 @@ def snapshot_and_continue(name: str):
     ended = np.any([b["terminated"] | b["truncated"] for b in before + original[:1]], axis=0)
     assert np.count_nonzero(~ended[RESAMPLED]) >= 3
     env.close()
-    fresh = make(name)
+    fresh = make(name, pushes)
     try:
         fresh.restore(snap)
         restored = run(fresh, actions[K:])
@@ -75,9 +84,14 @@ def snapshot_and_continue(name: str):
     return original, restored, ended
 
 
-@pytest.mark.parametrize("name", ["go1_joystick_flat", "go2_joystick_flat"])
-def test_a_restored_env_continues_bit_for_bit(name):
-    original, restored, ended = snapshot_and_continue(name)
+@pytest.mark.parametrize(
+    ("name", "pushes"), [("go1_joystick_flat", False), ("go1_joystick_flat", True), ("go2_joystick_flat", False)]
+)
+def test_a_restored_env_continues_bit_for_bit(name, pushes):
+    original, restored, ended = snapshot_and_continue(name, pushes)
+    if pushes:  # a push under way at the snapshot on some row (critic columns 119:122: the force on the torso)
+        force = np.stack([np.abs(o["critic"][:, 119:122]).sum(axis=1) for o in original])
+        assert (force[0] > 0).any() and (force == 0).any()
     # the compared steps hold what makes a continuation hard: resamples, new episodes
     timer = np.stack([o["steps_until_next_cmd"] for o in original])
     rows = RESAMPLED[~ended[RESAMPLED]]
