@@ -49,15 +49,20 @@ BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]
 """tqdm's bar without its own time left, which counts the warm-up: the ETA is `LearningRate`'s, in the postfix"""
 
 
+GIT_COMMIT_ENV = "OFFPOLICY_GIT_COMMIT"
+"""names the commit of a copy of the tree made without its git metadata (a job's staged copy on a cluster)"""
+
+
 def git_commit(cwd: str | Path | None = None) -> str:
-    """The repository's HEAD commit, or 'unknown'."""
+    """The repository's HEAD commit; else `$OFFPOLICY_GIT_COMMIT` where set; else 'unknown'."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
         )
-        return out.stdout.strip() or "unknown"
+        commit = out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        commit = ""
+    return commit or os.environ.get(GIT_COMMIT_ENV, "").strip() or "unknown"
 
 
 def _git_root(cwd: str | Path) -> str | None:

@@ -419,3 +419,14 @@ def test_basic_multirun_gives_each_job_its_own_finished_run_grouped_by_sweep(tmp
         assert "finishing run" in debug  # each job finished its own run before the next began
         assert json.loads((sweep_dir / str(job) / "summary.json").read_text())["env_steps"] == 200
     assert len(ids) == 2
+
+
+def test_a_copy_without_git_metadata_names_the_commit_it_is_given(tmp_path, monkeypatch):
+    from offpolicy.logger import git_commit
+
+    monkeypatch.delenv("OFFPOLICY_GIT_COMMIT", raising=False)
+    assert git_commit(tmp_path) == "unknown"  # not a repository, nothing given
+    monkeypatch.setenv("OFFPOLICY_GIT_COMMIT", "7543e1a")
+    assert git_commit(tmp_path) == "7543e1a"
+    here = git_commit(Path(__file__).parent)  # inside the repository its own HEAD wins
+    assert len(here) == 40 and here != "7543e1a"
