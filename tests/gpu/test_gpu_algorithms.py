@@ -399,3 +399,32 @@ def test_the_averaged_actor_advances_inside_the_captured_update_phase(name):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=key)
     lag = [(a - b).abs().max() for a, b in zip(expected.parameters(), algo.actor.parameters())]
     assert max(lag) > 1e-4, "the average must lag the actor, or the test shows nothing"
+
+
+@pytest.mark.parametrize("algo", ["fastsac", "flashsac"])
+@pytest.mark.parametrize("task", ["go1_joystick_flat", "go2_joystick_flat"])
+def test_a_locomotion_run_captures_the_tick_graph_with_a_privileged_critic(tmp_path, algo, task):
+    """The legged-robot tasks on the CUDA path (compile + graphs + tick graph): the actor reads the task's actor
+    observation and the critics its privileged one inside the captured graphs, nothing falls back to eager, and
+    the final snapshot reports the tracking statistics."""
+    repo = Path(__file__).resolve().parents[2]
+    from hydra import compose, initialize_config_dir
+
+    from offpolicy.runtime.runner import Runner
+
+    overrides = [
+        f"algo={algo}", f"env={task}", "env.num_envs=64", "eval.num_envs=4", "eval.episodes=4",
+        "eval.interval_s=null", "eval.interval_env_steps=null", "train.total_env_steps=12800",
+        "train.learning_starts=640", "logger=none", "checkpoint.interval_env_steps=0", "runtime.tick_graph=true",
+        "algo.batch_size=256", "device=cuda", "+env.options.max_episode_steps=60",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=str(repo / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    summary = Runner(cfg, tmp_path).run()
+    assert summary["completed"] and summary["tick_graph"] == "captured" and not summary["graph_errors"], summary
+    final = summary["snapshot_eval"]
+    assert final["episodes"] >= 4 and 0.0 <= final["fall_fraction"] <= 1.0, final
+    assert all(key in final for key in ("lin_vel_error", "yaw_rate_error", "command_speed")), final
+    saved = ck.load_checkpoint(tmp_path / "checkpoints" / "latest.pt")
+    actor_dim, critic_dim = {"go1_joystick_flat": (48, 123), "go2_joystick_flat": (49, 52)}[task]
+    assert saved["obs_dims"] == {"actor": actor_dim, "critic": critic_dim}, saved["obs_dims"]
