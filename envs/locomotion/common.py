@@ -60,6 +60,16 @@ def tracking_values(p: dict[str, np.ndarray], command: np.ndarray) -> np.ndarray
     return np.stack([lin, yaw, np.linalg.norm(command[:, :2], axis=1)], axis=1)
 
 
+def without_textures(spec: mujoco.MjSpec) -> mujoco.MjSpec:
+    """`spec` with every texture deleted and the materials' texture references cleared (their colours stay):
+    what the physics reads is unchanged, and a model copied per env no longer carries the skybox's pixels."""
+    for material in spec.materials:
+        material.textures = [""] * len(material.textures)
+    for texture in list(spec.textures):
+        spec.delete(texture)
+    return spec
+
+
 class JoystickEnv(NpEnv):
     """A joystick task over a `BatchEnvPool` with one model per env and auto-reset (subclasses fill the hooks)."""
 
@@ -82,10 +92,12 @@ class JoystickEnv(NpEnv):
         self.task, self.num_envs = task, num_envs
         self.model = task.build_model()
         m = self.model
-        self.pool = BatchEnvPool(m, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
+        # the pools copy their model once per env (domain randomisation): without the textures, which physics
+        # never reads and which are most of the scenes' model memory (the skybox)
+        self.pool = BatchEnvPool(task.build_model(textures=False), nbatch=num_envs, nthread=nthread, cpu_ids=ids)
         # a new episode's sensors with the controls at the default pose, where the actuators exert no
         # force: the pool's reset keeps a worker's stale controls, so it runs without them
-        reset_model = task.build_model()
+        reset_model = task.build_model(textures=False)
         reset_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
         self.reset_pool = BatchEnvPool(reset_model, nbatch=num_envs, nthread=nthread, cpu_ids=ids)
         self.layout = self.make_layout(m)

@@ -85,6 +85,7 @@ from envs.locomotion.common import (
     gravity_in_frame,
     sensor_columns,
     turned_by_yaw,
+    without_textures,
 )
 from envs.locomotion.common import TRACKING_TERMS as TRACKING_TERMS  # re-exported: the tracking tests read them
 from envs.locomotion.common import tracking_values as tracking_values
@@ -180,9 +181,11 @@ class Go1JoystickFlat(MujocoTask):
             )
         return spec
 
-    def build_model(self) -> mujoco.MjModel:
-        """Compile and apply Playground's `Go1Env.__init__` settings (timestep, CCD iterations, PD gains)."""
-        model = self.build_spec().compile()
+    def build_model(self, textures: bool = True) -> mujoco.MjModel:
+        """Compile and apply Playground's `Go1Env.__init__` settings (timestep, CCD iterations, PD gains);
+        `textures=False` leaves the textures out (`without_textures`: the physics pools' models)."""
+        spec = self.build_spec()
+        model = (spec if textures else without_textures(spec)).compile()
         model.opt.timestep = 0.004
         model.opt.ccd_iterations = 20
         model.dof_damping[6:] = KD

@@ -63,7 +63,7 @@ import mujoco
 import numpy as np
 
 from envs.core import ACTOR_OBS_KEY, NpEnv, NpEnvState
-from envs.locomotion.common import CRITIC_OBS_KEY, JoystickEnv, sensor_columns, turned_by_yaw
+from envs.locomotion.common import CRITIC_OBS_KEY, JoystickEnv, sensor_columns, turned_by_yaw, without_textures
 from envs.mujoco.task import MujocoTask
 from envs.options import Flag, Option, Real
 
@@ -125,9 +125,11 @@ class Go2JoystickFlat(MujocoTask):
         """The vendored scene (collision geometry only)."""
         return mujoco.MjSpec.from_file(str(SCENE_XML))
 
-    def build_model(self) -> mujoco.MjModel:
-        """Compile at UniLab's `sim_dt` (everything else as the XML sets it)."""
-        model = self.build_spec().compile()
+    def build_model(self, textures: bool = True) -> mujoco.MjModel:
+        """Compile at UniLab's `sim_dt` (everything else as the XML sets it); `textures=False` leaves the
+        textures out (`without_textures`: the physics pools' models)."""
+        spec = self.build_spec()
+        model = (spec if textures else without_textures(spec)).compile()
         model.opt.timestep = SIM_DT
         return model
 
