@@ -45,7 +45,7 @@ def test_smoke_our_side_reports_both_rates(tmp_path):
     cpu = min(os.sched_getaffinity(0))
     proc = subprocess.run(
         [sys.executable, "-m", "benchmark.env.go1_throughput", "--envs", "8", "--steps", "5", "--warmup", "1",
-         "--cpus", str(cpu), "--skip-envpool", "--out", str(out)],
+         "--cpus", str(cpu), "--skip-envpool", "--repeats", "2", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -53,9 +53,13 @@ def test_smoke_our_side_reports_both_rates(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert report["envs"] == 8 and report["threads"] == 1 and report["cpus"] == [cpu]
-    assert report["ours_env_steps_per_s"] > 0 and report["ours_bare_env_steps_per_s"] > 0
-    assert "envpool_env_steps_per_s" not in report
+    assert report["envs"] == 8 and report["threads"] == 1 and report["cpus"] == [cpu] and len(report["runs"]) == 2
+    for run in report["runs"]:
+        assert run["ours_env_steps_per_s"] > 0 and run["ours_bare_env_steps_per_s"] > 0
+        assert run["ours_to_ours_bare"] == run["ours_env_steps_per_s"] / run["ours_bare_env_steps_per_s"]
+        assert "envpool_env_steps_per_s" not in run
+    ratios = sorted(r["ours_to_ours_bare"] for r in report["runs"])
+    assert report["median_ours_to_ours_bare"] == pytest.approx(sum(ratios) / 2)  # the median of two
 
 
 def test_envpool_side_when_envpool_is_installed(tmp_path):
