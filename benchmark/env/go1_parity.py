@@ -328,8 +328,16 @@ def main(argv: list[str] | None = None) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line of the default side."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envpool-python", required=True, help="interpreter of an environment with envpool 1.2.5")
-    parser.add_argument("--envpool-mujoco", default="3.6.0", help="the MuJoCo version envpool's wheel bundles")
+    parser.add_argument(
+        "--envpool-python",
+        required=True,
+        help="interpreter of an environment with envpool (1.2.7 on Python 3.12; 1.2.5 on 3.11)",
+    )
+    parser.add_argument(
+        "--envpool-mujoco",
+        default="3.11.0",
+        help="the MuJoCo version envpool's wheel bundles (1.2.7: 3.11.0; 1.2.5: 3.6.0)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=300)
