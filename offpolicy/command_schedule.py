@@ -107,6 +107,11 @@ class SegmentTracking:
         self.sums[segment] += values[rows].sum(axis=0)
         self.counts[segment] += int(np.count_nonzero(rows))
 
+    def on_step(self, episode_step: int, state: Any, rows: np.ndarray) -> None:
+        """`snapshot_eval.rollout`'s step hook: the step's tracking errors (`info["step_tracking"]`) of the rows
+        still in their first episode."""
+        self.add(episode_step, state.info["step_tracking"], rows)
+
     def summary(self) -> list[dict[str, Any]]:
         """Per segment: its command, seconds, [start, end) steps, the row-steps counted and each term's mean."""
         out = []
@@ -124,33 +129,3 @@ class SegmentTracking:
                 }
             )
         return out
-
-
-def scheduled_rollout(
-    env: Any, policy: Any, segments: SegmentTracking, record_first: bool = False, tracking: dict | None = None
-) -> tuple[np.ndarray, np.ndarray, list]:
-    """One episode per row from a fresh reset, as `snapshot_eval.rollout`, each step's tracking errors summed
-    into its segment (a row's steps up to and including the one its episode ends on)."""
-    n = env.spec.num_envs
-    terms = tuple(env.spec.tracking_terms)
-    state = env.reset()
-    returns, lengths = np.zeros(n), np.zeros(n, np.int64)
-    sums, fell, finished = np.zeros((n, len(terms) + 1)), np.zeros(n, bool), np.zeros(n, bool)
-    frames = [env.physics_qpos_qvel(0)] if record_first else []
-    for step in range(env.spec.max_episode_steps + 1):  # every row ends by its time limit
-        state = env.step(policy(state.obs))
-        segments.add(step, state.info["step_tracking"], ~finished)
-        done = state.terminated | state.truncated
-        new = done & ~finished
-        returns[new] = state.info["episode_return"][new]
-        lengths[new] = state.info["episode_length"][new]
-        sums[new] = state.info["episode_tracking"][new]
-        fell[new] = state.terminated[new]
-        if record_first and not finished[0] and not done[0]:
-            frames.append(env.physics_qpos_qvel(0))
-        finished |= done
-        if finished.all():
-            break
-    if tracking is not None:
-        tracking.update(sums=sums, fell=fell)
-    return returns, lengths, frames

@@ -67,7 +67,6 @@ from offpolicy.command_schedule import (
     apply_schedule,
     parse_schedule,
     schedule_steps_total,
-    scheduled_rollout,
 )
 from offpolicy.exit_status import ExitStatus
 from offpolicy.logger import wandb_mode
@@ -358,7 +357,7 @@ def run_episodes(
     policy, so every row's exploration noise restarts with its episode as in training; rows of a last batch
     beyond `episodes` are run and dropped. Under a command schedule (the env's `set_commands`) `segments` sums
     each step's tracking errors into its segment."""
-    roll = rollout if segments is None else functools.partial(scheduled_rollout, segments=segments)
+    roll = rollout if segments is None else functools.partial(rollout, on_step=segments.on_step)
     spec = env.spec
     returns, lengths, states, sums, fell = [], [], [], [], []
     while sum(len(r) for r in returns) < episodes:

@@ -337,12 +337,17 @@ class SampledPolicy(MeanPolicy):
 
 
 def rollout(
-    env: Any, policy: Any, record_first: bool = False, tracking: dict[str, Any] | None = None
+    env: Any,
+    policy: Any,
+    record_first: bool = False,
+    tracking: dict[str, Any] | None = None,
+    on_step: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, list]:
     """One episode per env row from a fresh reset: (returns, lengths, [(qpos, qvel) of row 0 while it lasts]).
 
     Given a dict `tracking` and a task with tracking terms, puts each episode's tracking sums (`sums`) and
-    whether it fell (`fell`) in it, the arguments of `tracking_statistics` after its `terms`.
+    whether it fell (`fell`) in it, the arguments of `tracking_statistics` after its `terms`. `on_step(step,
+    state, live)`, where given, sees every step's state and the rows still in their first episode before it.
     """
     n = env.spec.num_envs
     terms = tuple(getattr(env.spec, "tracking_terms", ()))
@@ -355,8 +360,10 @@ def rollout(
     frames: list[tuple[np.ndarray, np.ndarray]] = []
     if record_first:
         frames.append(env.physics_qpos_qvel(0))
-    for _ in range(env.spec.max_episode_steps + 1):  # every row ends by its time limit
+    for step in range(env.spec.max_episode_steps + 1):  # every row ends by its time limit
         state = env.step(policy(state.obs))
+        if on_step is not None:
+            on_step(step, state, ~finished)
         done = state.terminated | state.truncated
         new = done & ~finished
         returns[new] = state.info["episode_return"][new]

@@ -283,6 +283,18 @@ def test_offline_rollout_keeps_each_rows_first_episode():
     assert returns.tolist() == [2.0, 108.0] and lengths.tolist() == [2, 8]
 
 
+def test_the_rollouts_step_hook_sees_each_step_and_the_rows_still_in_their_first_episode():
+    """Row 0's first episode ends at step 2 (the hook's step 1), row 1's at step 8 (step 7): each row is live
+    up to and including the step its first episode ends on, and the rollout stops after step 7."""
+    seen = []
+    rollout(
+        ScriptedEnv(),
+        lambda obs: np.zeros((2, 1), np.float32),
+        on_step=lambda s, st, live: seen.append((s, live.tolist())),
+    )
+    assert seen == [(0, [True, True]), (1, [True, True])] + [(s, [False, True]) for s in range(2, 8)]
+
+
 def test_final_snapshot_policy_acts_with_the_frozen_copy_in_env_units():
     spec = SimpleNamespace(action_dim=2, action_low=[-2.0, -1.0], action_high=[2.0, 3.0])
     algo = SnapshotVersionAlgorithm(spec, "cpu")
