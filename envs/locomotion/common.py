@@ -36,6 +36,18 @@ def gravity_in_frame(quat: np.ndarray) -> np.ndarray:
     return -np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1)
 
 
+def float32_columns(pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """(rows, total width) float32: the 2-D `pieces` side by side, each cast on its own, the same values as
+    `np.hstack(pieces).astype(np.float32)` without the wide float64 array in between."""
+    widths = [piece.shape[1] for piece in pieces]
+    out = np.empty((pieces[0].shape[0], sum(widths)), dtype=np.float32)
+    start = 0
+    for piece, width in zip(pieces, widths, strict=True):
+        out[:, start : start + width] = piece
+        start += width
+    return out
+
+
 def sensor_columns(m: mujoco.MjModel, name: str) -> slice:
     """Columns of sensor `name` in `sensordata`."""
     sid = m.sensor(name).id
@@ -130,6 +142,8 @@ class JoystickEnv(NpEnv):
         self.tracking = EpisodeTracking(n, TRACKING_TERMS, self.dt)
         self._obs: dict[str, np.ndarray] = {}
         self._pending: NpEnvState | None = None
+        self._held_by_reward: set[int] = set()
+        """the arrays (their buffers' owners, by id) that the step under way hands to its deferred reward"""
         self.physics_failures_total = 0
         self.last_step_timing: tuple[int, int, int, int] | None = None
         self.reset_log: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray] | None]] | None = None
@@ -225,23 +239,26 @@ class JoystickEnv(NpEnv):
         if states is None:
             states = self.initial_states(n)
         states, sensordata = self._start_episodes(env_ids, states, *self.randomization(n))
-        self._warmstart = self._warmstart.copy()
-        self._warmstart[env_ids] = 0.0
-        self._state = self._state.copy()
-        self._sensordata = self._sensordata.copy()
-        self._state[env_ids] = states
-        self._sensordata[env_ids] = sensordata
-        # new arrays, never writes into old ones: a deferred reward may still hold them
+        self._set_rows("_warmstart", env_ids, 0.0)
+        self._set_rows("_state", env_ids, states)
+        self._set_rows("_sensordata", env_ids, sensordata)
         fresh = self._first_commands(env_ids)
         if self.schedule is not None:  # a new episode starts the schedule over
             fresh["command"] = np.tile(self.schedule[0][0], (len(env_ids), 1))
         for name in ("command", "steps_until_next_cmd", *self.carry_names):
-            values = getattr(self, name).copy()
-            values[env_ids] = fresh.get(name, 0)
-            setattr(self, name, values)
+            self._set_rows(name, env_ids, fresh.get(name, 0))
         self._episode_length[env_ids] = 0
         self._episode_return[env_ids] = 0.0
         self.tracking.reset(env_ids)
+
+    def _set_rows(self, name: str, rows: np.ndarray, values: Any) -> None:
+        """Write `values` into `rows` of the array attribute `name`: in place, unless the step's unfinished reward
+        reads that array (a new array then, so the reward still sees the values before the write)."""
+        array = getattr(self, name)
+        if _buffer_owner(array) in self._held_by_reward:
+            array = array.copy()
+            setattr(self, name, array)
+        array[rows] = values
 
     def _first_commands(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Each new episode's own command generator, its first command and the steps until the next one."""
@@ -380,7 +397,12 @@ class JoystickEnv(NpEnv):
         ended = (self._episode_return[done_ids].copy(), self.tracking.ended(done_ids), info["episode_length"])
         if done_ids.size:
             final_obs = {k: v.copy() for k, v in obs.items()}
-            self._reset_rows(done_ids)
+            # the deferred reward reads `p` and `carry` as they are now: the resets leave their arrays unchanged
+            self._held_by_reward = {_buffer_owner(a) for a in (*p.values(), *carry.values())}
+            try:
+                self._reset_rows(done_ids)
+            finally:
+                self._held_by_reward = set()
             for key, value in self.observe(self.physics(done_ids), done_ids).items():
                 obs[key][done_ids] = value
         self.after_step(done_ids)
@@ -442,19 +464,20 @@ class JoystickEnv(NpEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pool calls of one control step from (state, warm start): (state, sensordata, next warm start).
         `forces` (n, frame_skip, nbody * 6), where given, is applied to the bodies (`xfrc_applied`) per substep."""
-        targets = self.controls(actions)
-        control = np.broadcast_to(targets[:, None, :], (self.num_envs, self.frame_skip, self.nu))
+        targets = np.ascontiguousarray(self.controls(actions)[:, None, :])
         spec = int(mujoco.mjtState.mjSTATE_CTRL)
+        control = None
         if forces is not None:  # the pool sets what its control spec names before each substep, zeros the rest
-            control = np.concatenate([control, forces], axis=2)
+            control = np.broadcast_to(targets, (self.num_envs, self.frame_skip, self.nu))
+            control = np.ascontiguousarray(np.concatenate([control, forces], axis=2))
             spec |= int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
-        control = np.ascontiguousarray(control)
         h = float(self.model.opt.timestep)
         qv = slice(1 + self.nq, 1 + self.nq + self.nv)
         # the pool restores only the state, so one substep at a time: the solver's warm start (its last qacc, as an
         # Euler step's velocity change over h) is carried across control steps as plain mj_step calls carry it
         for k in range(self.frame_skip):
-            ctrl = np.ascontiguousarray(control[:, k : k + 1])
+            # without forces every substep takes the same controls: one array for all of them
+            ctrl = targets if control is None else np.ascontiguousarray(control[:, k : k + 1])
             qvel_before = state[:, qv]
             state, sensordata = self.pool.step(
                 state,
@@ -576,6 +599,13 @@ class JoystickEnv(NpEnv):
 
     def _restore_extra(self, snapshot: dict[str, Any]) -> None:
         """Restore what `_snapshot_extra` added."""
+
+
+def _buffer_owner(array: np.ndarray) -> int:
+    """The id of the array that owns `array`'s memory (itself, or the one its view chain starts from)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return id(array)
 
 
 def _generator_words(rng: np.random.Generator, shared: np.random.Generator) -> np.ndarray:

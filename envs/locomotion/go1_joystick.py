@@ -82,6 +82,7 @@ from envs.core import ACTOR_OBS_KEY, NpEnv
 from envs.locomotion.common import (
     CRITIC_OBS_KEY,
     JoystickEnv,
+    float32_columns,
     gravity_in_frame,
     sensor_columns,
     turned_by_yaw,
@@ -395,9 +396,7 @@ class Go1JoystickEnv(JoystickEnv):
         super()._reset_rows(env_ids, states)
         n, cfg, dt = len(env_ids), self.task.cfg, self.dt
         for name in ("push_force", "pushing", "push_since", "push_step", "push_dir"):
-            values = getattr(self, name).copy()  # new arrays: a handed-out observation may hold the old ones
-            values[env_ids] = 0
-            setattr(self, name, values)
+            self._set_rows(name, env_ids, 0)
         if not self.pushes:
             return
         wait = self.rng.uniform(*cfg["push_wait_time"], size=n)
@@ -446,7 +445,7 @@ class Go1JoystickEnv(JoystickEnv):
     def observe(self, p: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
         """Actor (48) and critic (123) observations of `rows` from their physics `p` (Playground's `_get_obs`)."""
         q_err = p["qj"] - self.layout.default_pose
-        actor = np.hstack(
+        actor = float32_columns(
             [
                 self._noisy(p["local_linvel"], "linvel"),
                 self._noisy(p["gyro"], "gyro"),
@@ -458,7 +457,7 @@ class Go1JoystickEnv(JoystickEnv):
             ]
         )
         n = actor.shape[0]
-        critic = np.hstack(
+        critic = float32_columns(
             [
                 actor,
                 p["gyro"],
@@ -476,7 +475,7 @@ class Go1JoystickEnv(JoystickEnv):
                 self.pushing[rows, None],
             ]
         )
-        return {ACTOR_OBS_KEY: actor.astype(np.float32), CRITIC_OBS_KEY: critic.astype(np.float32)}
+        return {ACTOR_OBS_KEY: actor, CRITIC_OBS_KEY: critic}
 
     def first_command(self, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         """Uniform in +-CMD_AMPLITUDE; the next after an exponential time."""

@@ -63,7 +63,14 @@ import mujoco
 import numpy as np
 
 from envs.core import ACTOR_OBS_KEY, NpEnv, NpEnvState
-from envs.locomotion.common import CRITIC_OBS_KEY, JoystickEnv, sensor_columns, turned_by_yaw, without_textures
+from envs.locomotion.common import (
+    CRITIC_OBS_KEY,
+    JoystickEnv,
+    float32_columns,
+    sensor_columns,
+    turned_by_yaw,
+    without_textures,
+)
 from envs.mujoco.task import MujocoTask
 from envs.options import Flag, Option, Real
 
@@ -312,9 +319,9 @@ class Go2JoystickEnv(JoystickEnv):
 
     def observe(self, p: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
         """Actor (49) and critic (52: the actor's terms with their own noise, then the base linear velocity)."""
-        actor = np.hstack(self._group(p, rows))
-        critic = np.hstack([*self._group(p, rows), p["local_linvel"]])
-        return {ACTOR_OBS_KEY: actor.astype(np.float32), CRITIC_OBS_KEY: critic.astype(np.float32)}
+        actor = float32_columns(self._group(p, rows))
+        critic = float32_columns([*self._group(p, rows), p["local_linvel"]])
+        return {ACTOR_OBS_KEY: actor, CRITIC_OBS_KEY: critic}
 
     def controls(self, actions: np.ndarray) -> np.ndarray:
         """Joint targets = home + 0.4 x action, in actuator order."""
