@@ -94,7 +94,15 @@ def test_a_setup_interrupted_while_it_makes_the_venv_repairs_itself(tmp_path):
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     cmd = ["make", "-C", str(REPO), "venv", f"VENV={venv}", f"PYTHON={sys.executable}"]
-    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # Ctrl-C's default action even where this test's own process ignores SIGINT (started in the background)
+    first = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while not python.exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
