@@ -171,18 +171,19 @@ def test_time_to_target_is_not_met_while_fewer_than_half_the_seeds_met_it(tmp_pa
     assert "| not met (1/3 seeds) |" in results_pages.tracking_table(TRACKING, tmp_path)
 
 
-def test_the_locomotion_page_says_plainly_that_it_has_no_runs_yet(tmp_path, monkeypatch):
+def test_the_locomotion_page_says_plainly_when_it_has_no_runs_and_a_run_folder_gives_its_row(tmp_path, monkeypatch):
     table = results_pages.tracking_table(TRACKING, tmp_path / "absent")
     assert table.startswith("No runs yet. `python -m benchmark.offpolicy.learning_run --algo flashsac --task go1_")
     page = results_pages.PAGES / "locomotion.md"
-    assert table in page.read_text()  # the committed page, with no run folders committed
-    # with a run folder the page gets its row, and --check calls the old page stale
+    empty = results_pages.splice(page.read_text(), "locomotion", table)  # the page as it reads with no runs
+    assert table in empty and "**Protocol.**" in empty
+    # with run folders the page gets their row, and --check calls the page without it stale
     _three_go1_seeds(tmp_path / "runs")
     stale = tmp_path / "locomotion.md"
-    stale.write_text(page.read_text())
+    stale.write_text(empty)
     monkeypatch.setattr(results_pages, "PAGES", tmp_path)
     monkeypatch.setattr(results_pages, "SUITES", (results_pages.TrackingSuite("locomotion", str(tmp_path / "runs")),))
-    assert results_pages.main(["--check"]) == 1 and stale.read_text() == page.read_text()
+    assert results_pages.main(["--check"]) == 1 and stale.read_text() == empty
     assert results_pages.main([]) == 0
     assert "| go1_joystick_flat | flashsac | 3 | 12.0 [10.0] |" in stale.read_text()
     assert "No runs yet" not in stale.read_text() and "**Protocol.**" in stale.read_text()
