@@ -156,6 +156,12 @@ def check_algo(algo: Any, custom: bool) -> None:
 
     if schema.amp not in AMP_DTYPES:
         raise invalid("algo.amp", schema.amp, f"must be one of {', '.join(AMP_DTYPES)}")
+    if not 0.0 < schema.policy_ema_tau <= 1.0:
+        raise invalid("algo.policy_ema_tau", schema.policy_ema_tau, "must be in (0, 1]")
+    if getattr(schema, "lr_decay_updates", 0) < 0:
+        raise invalid("algo.lr_decay_updates", schema.lr_decay_updates, "must be an integer >= 0")
+    if hasattr(schema, "lr_end_ratio") and not 0.0 < schema.lr_end_ratio <= 1.0:
+        raise invalid("algo.lr_end_ratio", schema.lr_end_ratio, "must be in (0, 1]")
     try:
         validate(algo)
     except Exception as exc:  # noqa: BLE001 - omegaconf's errors, reported on one line

@@ -56,6 +56,11 @@ class FastSACConfig(AlgoConfig):
     """critic AdamW learning rate"""
     alpha_lr: float = 3e-4
     """temperature AdamW learning rate"""
+    lr_decay_updates: int = 0
+    """gradient updates over which the actor's and critics' rates follow a cosine from actor_lr / critic_lr down
+    to lr_end_ratio times them, held after (0: flat rates, as the reference)"""
+    lr_end_ratio: float = 0.5
+    """where the decay ends, as a fraction of the starting rates (read only when lr_decay_updates > 0)"""
     weight_decay: float = 1e-3
     """AdamW weight decay of actor and critic"""
     alpha_weight_decay: float = 1e-2

@@ -17,6 +17,7 @@ from offpolicy.algorithms.networks import FastSACActor, FastSACCritic
 from offpolicy.algorithms.normalizers import EmpiricalNormalizer
 from offpolicy.algorithms.optim import (
     LossScaler,
+    LRSchedule,
     PhaseMetrics,
     finite_step,
     frozen,
@@ -126,6 +127,19 @@ class FastSAC(OffPolicyAlgorithm):
 
         self.actor_lr = torch.tensor(float(cfg.actor_lr), device=dev)
         self.critic_lr = torch.tensor(float(cfg.critic_lr), device=dev)
+        # optional cosine decay of the actor's and critics' rates over gradient updates (off: flat, as the
+        # reference); both follow one count of the updates taken
+        self.lr_decay_updates = int(cfg.lr_decay_updates)
+        if self.lr_decay_updates < 0 or not 0.0 < float(cfg.lr_end_ratio) <= 1.0:
+            raise ValueError(
+                f"algo.lr_decay_updates={cfg.lr_decay_updates} must be >= 0 (0: no decay) and "
+                f"algo.lr_end_ratio={cfg.lr_end_ratio} in (0, 1]"
+            )
+        self.lr_schedules = {
+            name: LRSchedule(base, base, base * float(cfg.lr_end_ratio), 0, self.lr_decay_updates)
+            for name, base in (("actor", float(cfg.actor_lr)), ("critic", float(cfg.critic_lr)))
+        }
+        self.lr_step = torch.zeros((), device=dev)
         self.alpha_lr = torch.tensor(float(cfg.alpha_lr), device=dev)
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
@@ -245,6 +259,9 @@ class FastSAC(OffPolicyAlgorithm):
         for i, update_actor in enumerate(schedule):
             rows = slice(i * batch_size, (i + 1) * batch_size)
             ok = rows_ok[rows].all().float()
+            if self.lr_decay_updates:
+                self.lr_schedules["critic"].set_lr(self.critic_lr, self.lr_step)
+                self.lr_schedules["actor"].set_lr(self.actor_lr, self.lr_step)
             loss, info = self._critic_loss(
                 obs_c[rows],
                 batch.action[rows],
@@ -275,9 +292,11 @@ class FastSAC(OffPolicyAlgorithm):
                 metrics.add("train/entropy", actor_info["entropy"], ok)
                 metrics.add("train/action_std", actor_info["action_std"], ok)
             soft_update_(self.target_params, self.critic_params, self.tau, allowed=ok)
+            self.lr_step.add_(ok)
             nonfinite = nonfinite + self._end_update(ok)
         out = metrics.means()
         out["train/alpha"] = self.log_alpha.detach().exp().squeeze(0)
+        out["train/lr"] = self.critic_lr.detach().clone()
         out["train/nonfinite_updates"] = nonfinite
         return out
 
@@ -306,6 +325,7 @@ class FastSAC(OffPolicyAlgorithm):
             "actor_opt": optimizer_state_dict(self.actor_opt),
             "critic_opt": optimizer_state_dict(self.critic_opt),
             "alpha_opt": optimizer_state_dict(self.alpha_opt),
+            "lr_step": self.lr_step.detach().clone(),
             "scaler": self.scaler.state_dict(),
         }
 
@@ -320,4 +340,9 @@ class FastSAC(OffPolicyAlgorithm):
         load_optimizer_state_dict(self.actor_opt, state["actor_opt"])
         load_optimizer_state_dict(self.critic_opt, state["critic_opt"])
         load_optimizer_state_dict(self.alpha_opt, state["alpha_opt"])
+        # a checkpoint from before the decay option: every update it counted was taken
+        self.lr_step.copy_(state.get("lr_step", torch.tensor(float(state["counters"]["total_updates"]))))
+        if self.lr_decay_updates:  # the rates of the step it resumes at (the optimizers hold these tensors)
+            for name, lr in (("actor", self.actor_lr), ("critic", self.critic_lr)):
+                self.lr_schedules[name].set_lr(lr, self.lr_step)
         self.scaler.load_state_dict(state["scaler"])

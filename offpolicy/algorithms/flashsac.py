@@ -24,6 +24,7 @@ from offpolicy.algorithms.networks import (
 from offpolicy.algorithms.normalizers import RewardScaler
 from offpolicy.algorithms.optim import (
     LossScaler,
+    LRSchedule,
     PhaseMetrics,
     finite_step,
     frozen,
@@ -38,31 +39,6 @@ from offpolicy.algorithms.sac import bootstrap_discount, finite_rows, soft_updat
 def unified_target_entropy(action_dim: int, sigma: float) -> float:
     """FlashSAC's target entropy 1/2 |A| log(2 pi e sigma^2): a Gaussian of std sigma per action dim."""
     return 0.5 * action_dim * math.log(2.0 * math.pi * math.e * sigma**2)
-
-
-class LRSchedule:
-    """Linear warm-up from lr_init to lr_peak, then cosine decay to lr_end; evaluated on the device.
-
-    Each optimizer has its own step counter (a device tensor), like a LambdaLR stepped
-    after every optimizer step in the reference; a skipped (non-finite) step does not count.
-    """
-
-    def __init__(self, cfg: DictConfig, device: torch.device) -> None:
-        self.init, self.peak, self.end = float(cfg.lr_init), float(cfg.lr_peak), float(cfg.lr_end)
-        self.warmup = int(cfg.lr_warmup_updates)
-        self.decay = max(int(cfg.lr_decay_updates), self.warmup + 1)
-        self.device = device
-
-    def value(self, step: Tensor) -> Tensor:
-        """Learning rate at optimizer step `step` (float tensor)."""
-        warm = self.init + (self.peak - self.init) * step / max(self.warmup, 1)
-        progress = ((step - self.warmup) / (self.decay - self.warmup)).clamp(0.0, 1.0)
-        cosine = self.end + (self.peak - self.end) * 0.5 * (1.0 + torch.cos(math.pi * progress))
-        return torch.where(step < self.warmup, warm, cosine)
-
-    def set_lr(self, lr: Tensor, step: Tensor) -> None:
-        """Write the lr of optimizer step `step` into `lr`; the caller counts the step once it was taken."""
-        lr.copy_(self.value(step))
 
 
 class FlashSAC(OffPolicyAlgorithm):
@@ -152,7 +128,13 @@ class FlashSAC(OffPolicyAlgorithm):
             self.num_envs, self.action_dim, float(cfg.noise_zeta_mu), int(cfg.noise_zeta_max)
         ).to(dev)
 
-        self.lr_schedule = LRSchedule(cfg, dev)
+        self.lr_schedule = LRSchedule(
+            float(cfg.lr_init),
+            float(cfg.lr_peak),
+            float(cfg.lr_end),
+            int(cfg.lr_warmup_updates),
+            int(cfg.lr_decay_updates),
+        )
         self.actor_params = list(self.actor.parameters())
         self.critic_params = list(self.critic.parameters())
         self.target_params = list(self.target_critic.parameters())

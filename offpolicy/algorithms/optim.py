@@ -9,6 +9,7 @@ finite leaves everything as it was, without the host looking at a single value.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -33,6 +34,31 @@ def make_adam(
         fused=True,
         capturable=lr.device.type == "cuda",
     )
+
+
+class LRSchedule:
+    """Linear warm-up from `init` to `peak` over `warmup` steps, then a cosine decay to `end` at step `decay`,
+    held after; evaluated on the device from a step-count tensor, so a captured graph reads the current rate.
+
+    The caller owns the step counter (a device tensor it advances by the 0/1 of a step taken, so a skipped
+    non-finite step does not count) and writes `value(step)` into the optimizer's lr tensor before each step.
+    """
+
+    def __init__(self, init: float, peak: float, end: float, warmup: int, decay: int) -> None:
+        self.init, self.peak, self.end = float(init), float(peak), float(end)
+        self.warmup = int(warmup)
+        self.decay = max(int(decay), self.warmup + 1)
+
+    def value(self, step: Tensor) -> Tensor:
+        """Learning rate at optimizer step `step` (float tensor)."""
+        warm = self.init + (self.peak - self.init) * step / max(self.warmup, 1)
+        progress = ((step - self.warmup) / (self.decay - self.warmup)).clamp(0.0, 1.0)
+        cosine = self.end + (self.peak - self.end) * 0.5 * (1.0 + torch.cos(math.pi * progress))
+        return torch.where(step < self.warmup, warm, cosine)
+
+    def set_lr(self, lr: Tensor, step: Tensor) -> None:
+        """Write the lr of optimizer step `step` into `lr`; the caller counts the step once it was taken."""
+        lr.copy_(self.value(step))
 
 
 def finite_step(

@@ -152,3 +152,12 @@ def test_flashsac_batchnorm_statistics_and_schedule_stay_on_a_skipped_update(sma
     algo.update_phase(replay, 1)  # actor, temperature and critic update, all skipped
     assert all(torch.equal(a, b) for a, b in zip(stats, algo.actor_stats + algo.critic_stats))
     assert all(float(step) == 0.0 for step in algo.opt_steps.values())
+
+
+def test_fastsac_learning_rate_decay_does_not_count_a_skipped_update(small, spec, fixed_replay):
+    torch.manual_seed(0)
+    algo = small("fastsac", lr_decay_updates=10)
+    replay = fixed_replay(spec, 2 * BATCH)
+    _poison(replay, "reward", [BATCH + 3])  # the second of two updates is skipped
+    algo.update_phase(replay, 2)
+    assert float(algo.lr_step) == 1.0

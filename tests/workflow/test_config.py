@@ -124,6 +124,9 @@ def test_a_task_file_sets_the_main_files_keys_and_a_budget_preset_still_wins():
             "runtime.algorithm_factory=no_such_module:make: cannot be imported (No module named 'no_such_module')",
         ),  # fmt: skip
         (["algo.amp=fp8"], "algo.amp=fp8: must be one of bf16, fp16, none"),
+        (["algo.policy_ema_tau=2"], "algo.policy_ema_tau=2.0: must be in (0, 1]"),
+        (["algo.lr_decay_updates=-5"], "algo.lr_decay_updates=-5: must be an integer >= 0"),
+        (["algo.lr_end_ratio=0"], "algo.lr_end_ratio=0.0: must be in (0, 1]"),
         (["algo.batch_size=big"], "algo.batch_size=big: must be an integer"),
         (["algo.betas=[0.9]"], "algo.betas=[0.9]: must be a list of 2 numbers"),
         (["algo.name=ddpg"], "algo.name=ddpg: must be one of fastsac, flashsac"),
