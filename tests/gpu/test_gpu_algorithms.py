@@ -401,6 +401,26 @@ def test_the_averaged_actor_advances_inside_the_captured_update_phase(name):
     assert max(lag) > 1e-4, "the average must lag the actor, or the test shows nothing"
 
 
+def test_fastsac_learning_rate_decay_advances_inside_the_captured_update_phase():
+    """`algo.lr_decay_updates` on the production path: after each phase, graph replays included, the rates the
+    optimizers read are the cosine's at the count of updates taken, as eager's (hand-computed here)."""
+    import math
+
+    k, decay, ratio = 4, 12, 0.25
+    cfg = {**SIZES["fastsac"], "name": "fastsac", "amp": "none", "compile": True, "cuda_graphs": True}
+    algo = make_algorithm(OmegaConf.create({**cfg, "lr_decay_updates": decay, "lr_end_ratio": ratio}), _spec(), "cuda")
+    replay = FixedReplay(random_batch(_spec(), 8 * 256, seed=1).to("cuda"))
+    for phase in range(1, PHASES + 1):
+        algo.update_phase(replay, k)
+        step = min((phase * k - 1) / decay, 1.0)  # the last update of the phase ran at count phase * k - 1
+        want = 3e-4 * (ratio + (1 - ratio) * 0.5 * (1 + math.cos(math.pi * step)))
+        assert float(algo.lr_step) == phase * k
+        assert float(algo.critic_lr) == pytest.approx(want, rel=1e-5)
+        assert float(algo.actor_lr) == pytest.approx(want, rel=1e-5)
+    assert any(call.graph is not None for key, call in algo._captured.items() if key[0] == "phase")
+    assert float(algo.critic_lr) == pytest.approx(3e-4 * ratio, rel=1e-5)  # held once the decay is over
+
+
 @pytest.mark.parametrize("algo", ["fastsac", "flashsac"])
 @pytest.mark.parametrize("task", ["go1_joystick_flat", "go2_joystick_flat"])
 def test_a_locomotion_run_captures_the_tick_graph_with_a_privileged_critic(tmp_path, algo, task):
