@@ -251,8 +251,9 @@ def learning_run(args: argparse.Namespace) -> dict:
         out["eval_command"] = eval_command(args, checkpoint, eval_dir)
         out["eval_exit"] = run_logged(out["eval_command"], work / "eval_console.log")
         out["eval_s"] = time.monotonic() - t0
-        if (eval_dir / "eval.json").exists():
-            shutil.copy(eval_dir / "eval.json", work / "eval_final.json")
+        if (eval_dir / "eval.json").exists():  # kept without this machine's paths (benchmark/outputs holds none)
+            text = (eval_dir / "eval.json").read_text()
+            (work / "eval_final.json").write_text(text.replace(json.dumps(str(work))[1:-1], "<run dir>"))
         keep_files()
     if not getattr(args, "record", True):
         out["replay"] = f"none: {args.task}'s env cannot snapshot its state, so no window was recorded"

@@ -50,6 +50,7 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
     final = json.loads((kept / "eval_final.json").read_text())
     # the offline re-score loads the run's final checkpoint, in our env and in the reference implementation
     assert final["checkpoint_env_steps"] == summary["env_steps"]
+    assert final["checkpoint"] == "<run dir>/checkpoints/latest.pt"  # no path of the machine that made it
     assert final["episodes"] == 2 and final["reference"][reference_for(task)]["episodes"] == 2
     replay = json.loads((kept / "replay.json").read_text())
     # the replayed window reproduces the run's observations exactly, from tick 40 on (or from 0.5 s in)
