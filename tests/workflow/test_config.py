@@ -66,6 +66,12 @@ def test_a_task_file_sets_the_main_files_keys_and_a_budget_preset_still_wins():
     assert train_cfg("algo=flashsac", "env=hopper").train.learning_starts == 10_000  # no task file: the main file
 
 
+def test_fastsac_aims_at_a_lower_entropy_on_go1_only():
+    # conf/algo_env/fastsac_go1_joystick_flat.yaml: -0.5 nats per joint on Go1; Go2 keeps FastSAC's default 0
+    assert train_cfg("algo=fastsac", "env=go1_joystick_flat").algo.target_entropy_ratio == 0.5
+    assert train_cfg("algo=fastsac", "env=go2_joystick_flat").algo.target_entropy_ratio == 0.0
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [
