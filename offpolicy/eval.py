@@ -187,6 +187,35 @@ def no_dm_control_renderer() -> Iterator[None]:
 # --------------------------------------------------------------------------- video
 
 
+FLOOR_MARGIN_M = 50.0
+"""how far the drawn floor reaches beyond the farthest point the camera follows (past the camera's view ahead)"""
+
+
+def drawn_plane_sizes(model: Any, points: np.ndarray, margin: float = FLOOR_MARGIN_M) -> dict[int, tuple[float, float]]:
+    """Half-sizes that draw each finite plane of the world body under every one of `points` (N x 3, world frame),
+    `margin` beyond the farthest; geom id -> (x, y) for the planes that need widening.
+
+    A plane's size only sets how far MuJoCo draws it (contact with a plane is unbounded), so a fast runner
+    leaves a finite drawn floor behind while still running on it: dm_control's floor is drawn 100 m each way,
+    and a humanoid-run policy covers that in about 13 s. Size 0 planes are drawn without bound already."""
+    import mujoco
+
+    sizes: dict[int, tuple[float, float]] = {}
+    for g in range(model.ngeom):
+        if model.geom_type[g] != mujoco.mjtGeom.mjGEOM_PLANE or model.geom_bodyid[g] != 0:
+            continue
+        half = model.geom_size[g, :2]
+        if half[0] <= 0 or half[1] <= 0 or len(points) == 0:
+            continue
+        rot = np.empty(9)
+        mujoco.mju_quat2Mat(rot, model.geom_quat[g])
+        local = (np.asarray(points, dtype=float) - model.geom_pos[g]) @ rot.reshape(3, 3)  # world -> plane frame
+        need = np.abs(local[:, :2]).max(axis=0) + margin
+        if np.any(need > half):
+            sizes[g] = (float(max(half[0], need[0])), float(max(half[1], need[1])))
+    return sizes
+
+
 def render_video(
     model: Any,
     states: list[tuple[np.ndarray, np.ndarray]],
@@ -198,7 +227,7 @@ def render_video(
 ) -> int:
     """Render (qpos, qvel) states with a camera tracking the root body and write an H.264 MP4; returns frames."""
     try:
-        import imageio.v2 as imageio
+        import imageio.v2  # noqa: F401 - the writer's dependency, checked before any work
     except ImportError as exc:
         raise VideoError(
             f"video=true needs imageio and imageio-ffmpeg (pip install imageio imageio-ffmpeg): {exc}"
@@ -208,6 +237,39 @@ def render_video(
     width, height = (max(16, -(-int(x) // 16) * 16) for x in (width, height))
     model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), width)
     model.vis.global_.offheight = max(int(model.vis.global_.offheight), height)
+    data = mujoco.MjData(model)
+    track = 1 if model.nbody > 1 else 0
+    followed = np.empty((len(states), 3))
+    for i, (qpos, _) in enumerate(states):
+        data.qpos[:] = qpos
+        mujoco.mj_kinematics(model, data)
+        followed[i] = data.xpos[track]
+    # the renderer's context builds the planes when it is made: widen them first, restore them after
+    widened = drawn_plane_sizes(model, followed)
+    saved_sizes = {g: model.geom_size[g, :2].copy() for g in widened}
+    for g, half in widened.items():
+        model.geom_size[g, :2] = half
+    try:
+        return _write_frames(model, data, states, path, fps, width, height, track, camera)
+    finally:
+        for g, half in saved_sizes.items():
+            model.geom_size[g, :2] = half
+
+
+def _write_frames(
+    model: Any,
+    data: Any,
+    states: list[tuple[np.ndarray, np.ndarray]],
+    path: str | Path,
+    fps: float,
+    width: int,
+    height: int,
+    track: int,
+    camera: dict[str, float] | None,
+) -> int:
+    import imageio.v2 as imageio
+    import mujoco
+
     backend = os.environ.get("MUJOCO_GL", "")
     try:
         renderer = mujoco.Renderer(model, height, width)
@@ -216,11 +278,10 @@ def render_video(
             f"no offscreen OpenGL context with MUJOCO_GL={backend or '(unset)'}: {type(exc).__name__}: {exc}; "
             "on CPU install OSMesa (apt-get install -y libosmesa6), on a GPU host use MUJOCO_GL=egl"
         ) from None
-    data = mujoco.MjData(model)
     cam = mujoco.MjvCamera()
     mujoco.mjv_defaultFreeCamera(model, cam)
     cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
-    cam.trackbodyid = 1 if model.nbody > 1 else 0
+    cam.trackbodyid = track
     cam.distance = float((camera or {}).get("distance", 4.0))
     cam.elevation = float((camera or {}).get("elevation", -20.0))
     shown = mujoco.MjvOption()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gl import gl_backend_or_skip
 from test_tracking_metrics import go1_checkpoint
 
 import envs
@@ -139,21 +140,6 @@ def test_eval_cli_records_the_segments_of_a_go1_checkpoint(tmp_path):
     assert bad.stderr.strip().splitlines()[-1] == (
         "[offpolicy] invalid config: commands=[0.5, 0, 0, -4]: entry 0: seconds must be > 0"
     )
-
-
-def gl_backend_or_skip() -> str:
-    """The backend the CLI would choose (for a subprocess: mujoco is imported here already), or skip."""
-    from offpolicy.eval import choose_gl_backend
-
-    saved = os.environ.get("MUJOCO_GL")
-    try:
-        backend, problem = choose_gl_backend(False)
-    finally:
-        if saved is None:
-            os.environ.pop("MUJOCO_GL", None)
-    if problem:
-        pytest.skip(f"no offscreen GL backend (MUJOCO_GL={backend}: {problem}): install libosmesa6 or use EGL")
-    return backend
 
 
 RENDER_BOTH = """

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gl import gl_backend_or_skip
 from omegaconf import OmegaConf
 from sizes import SMALL
 
@@ -466,16 +467,7 @@ def test_evaluate_refuses_another_env_in_one_line(tmp_path):
 
 
 def test_eval_cli_renders_an_mp4_of_the_first_episode(tmp_path):
-    from offpolicy.eval import choose_gl_backend
-
-    saved = os.environ.get("MUJOCO_GL")
-    try:
-        backend, problem = choose_gl_backend(torch.cuda.is_available())  # what the CLI will pick
-    finally:  # the CLI makes that choice itself: other tests' subprocesses must not inherit it
-        if saved is None:
-            os.environ.pop("MUJOCO_GL", None)
-    if problem:
-        pytest.skip(f"no offscreen GL backend (MUJOCO_GL={backend}: {problem}): install libosmesa6 or use EGL")
+    gl_backend_or_skip(torch.cuda.is_available())  # what the CLI will pick; it makes that choice itself
     import imageio.v2 as imageio
 
     path = task_checkpoint(tmp_path / "hopper.pt")
@@ -509,3 +501,66 @@ def test_eval_cli_renders_an_mp4_of_the_first_episode(tmp_path):
     assert result["video_fps"] == pytest.approx(125.0)  # hopper: dt = 0.008 s, real time
     logged = list((out / "wandb").glob("offline-run-*/files/media/videos/eval/video_*.mp4"))
     assert len(logged) == 1 and logged[0].read_bytes() == video.read_bytes()
+
+
+FLOORS = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="10 10 .1"/>
+    <geom name="endless" type="plane" size="0 0 1" pos="0 0 -1"/>
+    <geom name="turned" type="plane" size="10 20 .1" pos="5 0 0" euler="0 0 30"/>
+    <body name="runner" pos="0 0 1"><freejoint/><geom type="sphere" size=".1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_finite_floors_are_widened_under_every_followed_point_in_their_own_frame():
+    """dm_control's floor is drawn 100 m each way and a humanoid-run policy runs past it: the video widens each
+    finite world plane to reach `margin` beyond the farthest followed point, measured in the plane's frame."""
+    import mujoco
+
+    from offpolicy.eval import drawn_plane_sizes
+
+    model = mujoco.MjModel.from_xml_string(FLOORS)
+    before = model.geom_size.copy()
+    points = np.array([[30.0, -8.0, 1.0], [-12.0, 4.0, 0.0]])
+    sizes = drawn_plane_sizes(model, points, margin=5.0)
+    # floor: |x| reaches 30 and |y| 8 (the negative point sets it), plus 5
+    assert sizes[0] == pytest.approx((35.0, 13.0))
+    # turned 30 degrees about z at (5, 0, 0): local x = dx cos30 + dy sin30, local y = -dx sin30 + dy cos30
+    # point 1 (25, -8): (17.65, -19.43); point 2 (-17, 4): (-12.72, 11.96); 20 is already wider than needed
+    c, s_ = np.cos(np.radians(30)), np.sin(np.radians(30))
+    assert sizes[2] == pytest.approx((25 * c - 8 * s_ + 5.0, 25 * s_ + 8 * c + 5.0))
+    assert sizes[2] == pytest.approx((22.65, 24.43), abs=0.01)
+    assert 1 not in sizes  # size 0: drawn without bound already
+    assert drawn_plane_sizes(model, np.array([[3.0, -2.0, 0.0]]), margin=5.0) == {}  # under the floor: as it is
+    np.testing.assert_array_equal(model.geom_size, before)  # only reports; the renderer widens and restores
+
+
+def test_the_video_draws_the_floor_under_a_runner_far_past_its_edge(tmp_path):
+    """Rendering only: a state 150 m out on dm_control's humanoid floor (drawn to 100 m) shows floor under the
+    runner, and the model's sizes are back as they were afterwards."""
+    backend = gl_backend_or_skip()
+    script = """
+import sys, imageio.v2 as imageio, numpy as np
+from dm_control import suite
+from offpolicy.eval import render_video
+model = suite.load("humanoid", "run").physics.model.ptr
+before = model.geom_size.copy()
+qpos = model.qpos0.copy()
+rows = []
+for x in (0.0, 150.0):
+    qpos[0] = x
+    render_video(model, [(qpos.copy(), np.zeros(model.nv))], f"{sys.argv[1]}/{int(x)}.mp4", 40, 64, 64)
+    frame = imageio.get_reader(f"{sys.argv[1]}/{int(x)}.mp4").get_data(0).astype(float)
+    rows.append(frame[-16:].mean())  # the bottom of the frame: floor, or the sky's dark blue
+print(abs(rows[0] - rows[1]), bool((model.geom_size == before).all()))
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MUJOCO_GL": backend}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    change, restored = proc.stdout.split()[-2:]
+    assert float(change) < 10 and restored == "True"  # the same floor at 150 m as at the start
