@@ -216,6 +216,21 @@ def drawn_plane_sizes(model: Any, points: np.ndarray, margin: float = FLOOR_MARG
     return sizes
 
 
+@contextlib.contextmanager
+def floors_drawn_under(model: Any, points: np.ndarray) -> Iterator[None]:
+    """Inside the block the world's finite planes are drawn under every one of `points` (`drawn_plane_sizes`);
+    their sizes are restored after it. A renderer builds the planes when it is made: make it inside."""
+    widened = drawn_plane_sizes(model, points)
+    saved = {g: model.geom_size[g, :2].copy() for g in widened}
+    for g, half in widened.items():
+        model.geom_size[g, :2] = half
+    try:
+        yield
+    finally:
+        for g, half in saved.items():
+            model.geom_size[g, :2] = half
+
+
 def render_video(
     model: Any,
     states: list[tuple[np.ndarray, np.ndarray]],
@@ -227,7 +242,7 @@ def render_video(
 ) -> int:
     """Render (qpos, qvel) states with a camera tracking the root body and write an H.264 MP4; returns frames."""
     try:
-        import imageio.v2  # noqa: F401 - the writer's dependency, checked before any work
+        import imageio.v2 as imageio
     except ImportError as exc:
         raise VideoError(
             f"video=true needs imageio and imageio-ffmpeg (pip install imageio imageio-ffmpeg): {exc}"
@@ -244,67 +259,48 @@ def render_video(
         data.qpos[:] = qpos
         mujoco.mj_kinematics(model, data)
         followed[i] = data.xpos[track]
-    # the renderer's context builds the planes when it is made: widen them first, restore them after
-    widened = drawn_plane_sizes(model, followed)
-    saved_sizes = {g: model.geom_size[g, :2].copy() for g in widened}
-    for g, half in widened.items():
-        model.geom_size[g, :2] = half
-    try:
-        return _write_frames(model, data, states, path, fps, width, height, track, camera)
-    finally:
-        for g, half in saved_sizes.items():
-            model.geom_size[g, :2] = half
-
-
-def _write_frames(
-    model: Any,
-    data: Any,
-    states: list[tuple[np.ndarray, np.ndarray]],
-    path: str | Path,
-    fps: float,
-    width: int,
-    height: int,
-    track: int,
-    camera: dict[str, float] | None,
-) -> int:
-    import imageio.v2 as imageio
-    import mujoco
-
-    backend = os.environ.get("MUJOCO_GL", "")
-    try:
-        renderer = mujoco.Renderer(model, height, width)
-    except Exception as exc:  # noqa: BLE001 - GL failures surface as many exception types
-        raise VideoError(
-            f"no offscreen OpenGL context with MUJOCO_GL={backend or '(unset)'}: {type(exc).__name__}: {exc}; "
-            "on CPU install OSMesa (apt-get install -y libosmesa6), on a GPU host use MUJOCO_GL=egl"
-        ) from None
-    cam = mujoco.MjvCamera()
-    mujoco.mjv_defaultFreeCamera(model, cam)
-    cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
-    cam.trackbodyid = track
-    cam.distance = float((camera or {}).get("distance", 4.0))
-    cam.elevation = float((camera or {}).get("elevation", -20.0))
-    shown = mujoco.MjvOption()
-    if not np.any((model.geom_group < 3) & (model.geom_bodyid > 0)):
-        shown.geomgroup[:] = 1  # the bodies carry collision geoms alone (visual meshes left out): show those
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with imageio.get_writer(
-            path, format="FFMPEG", mode="I", fps=float(fps), codec="libx264", pixelformat="yuv420p", macro_block_size=16
-        ) as writer:
-            for qpos, qvel in states:
-                data.qpos[:] = qpos
-                data.qvel[:] = qvel
-                mujoco.mj_forward(model, data)
-                renderer.update_scene(data, camera=cam, scene_option=shown)
-                writer.append_data(renderer.render())
-    except VideoError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - ffmpeg missing, disk full, GL errors mid-way
-        raise VideoError(f"could not write {path}: {type(exc).__name__}: {exc}") from None
-    finally:
-        renderer.close()
+    with floors_drawn_under(model, followed):
+        backend = os.environ.get("MUJOCO_GL", "")
+        try:
+            renderer = mujoco.Renderer(model, height, width)
+        except Exception as exc:  # noqa: BLE001 - GL failures surface as many exception types
+            raise VideoError(
+                f"no offscreen OpenGL context with MUJOCO_GL={backend or '(unset)'}: {type(exc).__name__}: {exc}; "
+                "on CPU install OSMesa (apt-get install -y libosmesa6), on a GPU host use MUJOCO_GL=egl"
+            ) from None
+        cam = mujoco.MjvCamera()
+        mujoco.mjv_defaultFreeCamera(model, cam)
+        cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+        cam.trackbodyid = track
+        cam.distance = float((camera or {}).get("distance", 4.0))
+        cam.elevation = float((camera or {}).get("elevation", -20.0))
+        shown = mujoco.MjvOption()
+        if not np.any((model.geom_group < 3) & (model.geom_bodyid > 0)):
+            shown.geomgroup[:] = 1  # the bodies carry collision geoms alone (visual meshes left out): show those
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with imageio.get_writer(
+                path,
+                format="FFMPEG",
+                mode="I",
+                fps=float(fps),
+                codec="libx264",
+                pixelformat="yuv420p",
+                macro_block_size=16,
+            ) as writer:
+                for qpos, qvel in states:
+                    data.qpos[:] = qpos
+                    data.qvel[:] = qvel
+                    mujoco.mj_forward(model, data)
+                    renderer.update_scene(data, camera=cam, scene_option=shown)
+                    writer.append_data(renderer.render())
+        except VideoError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ffmpeg missing, disk full, GL errors mid-way
+            raise VideoError(f"could not write {path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            renderer.close()
     return len(states)
 
 
