@@ -219,7 +219,7 @@ def drawn_plane_sizes(model: Any, points: np.ndarray, margin: float = FLOOR_MARG
 @contextlib.contextmanager
 def floors_drawn_under(model: Any, points: np.ndarray) -> Iterator[None]:
     """Inside the block the world's finite planes are drawn under every one of `points` (`drawn_plane_sizes`);
-    their sizes are restored after it. A renderer builds the planes when it is made: make it inside."""
+    their sizes are restored after it. Every scene update reads the sizes from the model: draw every frame inside."""
     widened = drawn_plane_sizes(model, points)
     saved = {g: model.geom_size[g, :2].copy() for g in widened}
     for g, half in widened.items():
