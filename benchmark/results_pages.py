@@ -129,9 +129,11 @@ def stability_cell(run: Path, target: float | None) -> str:
 
     if target is None:
         return "n/a"
+    # a snapshot's time is when it was frozen (`eval/snapshot_s`, as in the time-to-target column), not when
+    # its episodes finished and the row was logged (`time/elapsed_s`, the fallback for older runs)
     with (run / "metrics.csv").open() as f:
-        snaps = [(float(r["time/elapsed_s"]), float(r["eval/return_median"])) for r in csv.DictReader(f)
-                 if r.get("eval/return_median")]  # fmt: skip
+        snaps = [(float(r.get("eval/snapshot_s") or r["time/elapsed_s"]), float(r["eval/return_median"]))
+                 for r in csv.DictReader(f) if r.get("eval/return_median")]  # fmt: skip
     got = stability([t for t, _ in snaps], [m for _, m in snaps], target)
     if got["first_reached"] is None:
         return f"{target:,.0f} not reached"

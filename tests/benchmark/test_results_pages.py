@@ -82,6 +82,18 @@ def test_the_stability_column_counts_the_snapshots_after_the_target_was_first_re
     )
 
 
+def test_the_stability_column_times_a_snapshot_by_when_it_was_frozen(tmp_path):
+    """A snapshot row is logged when its episodes end (`time/elapsed_s`), after it was frozen
+    (`eval/snapshot_s`, what the time-to-target column reads): the column says the frozen time."""
+    _run(tmp_path, "ant_fastsac_seed0", [1000], [1000])
+    lines = ["env_steps,time/elapsed_s,eval/snapshot_s,eval/return_median"]
+    for frozen, logged, median in [(60, 95, 100), (180, 230, 6000), (300, 340, 6100), (420, 470, 5000)]:
+        lines += [f"{frozen * 10},{frozen},,", f"{frozen * 10},{logged},{frozen},{median}"]
+    (tmp_path / "ant_fastsac_seed0" / "metrics.csv").write_text("\n".join(lines) + "\n")
+    row = seeds_table(tmp_path, 1000, {"ant": 6000}).splitlines()[2]
+    assert row.endswith("| 6,000 from 3.0 min: 1/2 (>= 0.95 x: 1/2), worst 5,000 |")
+
+
 def test_the_committed_pages_hold_what_the_run_folders_give(capsys):
     """What `make tables` would write: the tables of docs/results/ from the committed run folders."""
     assert results_pages.main(["--check"]) == 0, capsys.readouterr().err
