@@ -7,7 +7,10 @@ For every run folder under the runs dir (`<task>_<algo>_seed<k>/`, as `learning_
   exactly (observations bit for bit and the same final physics state); and, for runs whose collector kept
   its per-tick phase rows in the record, the means of those phases over the window's own ticks
   (`window_<phase>_ms_mean`, with `window_cycle_ms_median`): the window's mean tick split by phase, which
-  the metric rows' medians below cannot show when a few ticks are slow;
+  the metric rows' medians below cannot show when a few ticks are slow; and, for runs whose collector read
+  its CPUs at the window's ends, where those CPUs' time went over the window and the replay's over the bare
+  replay (`window_cpu_<share>`, `replay_cpu_<share>`: this process, other processes, interrupts, steal,
+  idle, as fractions of the CPUs' capacity), which says whether something else held the collector's cores;
 - from `metrics.csv`: the medians, over the metric rows that cover the window, of the learner's busy
   fraction, updates/s, the inference tick and the collector's per-tick phases. A row is logged at tick
   `env_steps / num_envs` and covers the ticks since the previous row: the rows whose tick range overlaps
@@ -54,6 +57,7 @@ if str(REPO) not in sys.path:
 
 from benchmark.machine import OUTPUTS  # noqa: E402
 from offpolicy.plot import STEP_KEY, TIME_KEY, RunRecord, find_runs  # noqa: E402
+from offpolicy.runtime.cpu_accounting import SHARE_NAMES  # noqa: E402
 from offpolicy.runtime.learner import INFERENCE_STAGES  # noqa: E402
 
 TARGET_RATIO = 0.95
@@ -90,6 +94,10 @@ WINDOW_PHASES = ("cycle", "wait", "physics", "task", "publish", "ingress_wait", 
 """collector phases whose mean over the window's own ticks a row holds (`window_<phase>_ms_mean`), from replay.json's
 `in_run_phase_ms` (runs whose collector kept its phase rows in the record; older runs get None): the window's mean
 tick split by phase, beside the metric rows' medians"""
+CPU_SHARES = SHARE_NAMES
+"""where the collector's CPUs' time went over the window (`window_cpu_<share>`) and the replay's CPUs' over the bare
+replay (`replay_cpu_<share>`), from replay.json's `in_run_cpu_share` and `replayed_bare_cpu_share` (runs recorded
+before the collector read its CPUs get None)"""
 COLUMNS = (
     "task",
     "algo",
@@ -112,6 +120,8 @@ COLUMNS = (
     "window_rows",
     *(f"window_{phase}_ms_mean" for phase in WINDOW_PHASES),
     "window_cycle_ms_median",
+    *(f"window_cpu_{share}" for share in CPU_SHARES),
+    *(f"replay_cpu_{share}" for share in CPU_SHARES),
 )
 """the fields of a row, in the order of the CSV"""
 
@@ -215,6 +225,9 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
         for phase in WINDOW_PHASES:
             row[f"window_{phase}_ms_mean"] = phases.get(phase, {}).get("mean")
         row["window_cycle_ms_median"] = phases.get("cycle", {}).get("median")
+        for prefix, key in (("window_cpu", "in_run_cpu_share"), ("replay_cpu", "replayed_bare_cpu_share")):
+            shares = replay.get(key) or {}
+            row.update({f"{prefix}_{share}": shares.get(share) for share in CPU_SHARES})
     else:
         row.update({k: None for k in REPLAY_FIELDS}, replay_exact=None)
         start, ticks, source = _config_window(cfg, run, num_envs)
@@ -274,11 +287,19 @@ def _physics(row: dict[str, Any]) -> str:
     )
 
 
+def _cpus(row: dict[str, Any]) -> str:
+    """`other processes / steal` as percentages of the collector's CPUs over the window, or n/a (runs recorded
+    before the collector read its CPUs)."""
+    other, steal = row["window_cpu_other"], row["window_cpu_steal"]
+    return "n/a" if other is None or steal is None else f"{100 * other:.1f}% / {100 * steal:.1f}%"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The efficiency table as Markdown (medians over the metric rows around the recorded window)."""
     head = ["algo", "task", "seed", "in-run env-steps/s (window)", "replayed bare env-steps/s",
             "ratio_to_replayed_bare", "learner busy", "updates/s", "inference tick", "of which: launch / action copy", "collector wait for action",
-            "outside pool (share of cycle)", "physics per tick, in run / replayed", "target 0.95"]  # fmt: skip
+            "outside pool (share of cycle)", "physics per tick, in run / replayed",
+            "collector's CPUs: other processes / steal", "target 0.95"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "| --- | --- | ---: |" + " ---: |" * (len(head) - 4) + " --- |"]
     for r in rows:
         ratio = _number(r["ratio_to_replayed_bare"], ".3f")
@@ -303,6 +324,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             _number(r["collector_wait_ms"], ".2f", " ms"),
             _number(_percent(r["collector_outside_pool_fraction"]), ".1f", "%"),
             _physics(r),
+            _cpus(r),
             f"**{target}**" if target == "met" else target,
         ]
         lines.append("| " + " | ".join(cells) + " |")

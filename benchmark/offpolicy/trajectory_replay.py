@@ -15,7 +15,11 @@ actions, so this module can
   reproduces the run's observations bit for bit;
 
 both in this process, pinned to the CPUs the run's collector had. The run's own
-rate over the same window comes from the collector's clock in the record.
+rate over the same window comes from the collector's clock in the record. Both
+sides also say where their CPUs' time went (`in_run_cpu_share`, from the
+collector's reads at the window's first and last tick; `replayed_bare_cpu_share`,
+around the bare replay): this process, other processes, interrupts, the host
+taking the virtual CPUs (steal), idle (`offpolicy.runtime.cpu_accounting`).
 
     python -m benchmark.offpolicy.trajectory_replay <run dir> [--cpus 2-15]   # prints and returns the figures
 """
@@ -40,6 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmark.machine import parse_cpus  # noqa: E402
+from offpolicy.runtime import cpu_accounting  # noqa: E402
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
@@ -93,6 +98,20 @@ def window_phases(rec: dict[str, Any]) -> dict[str, Any]:
         "in_run_cycle_mean_over_median": float(cycle.mean() / median[c]),
         "in_run_slowest_ticks": slowest,
     }
+
+
+def window_cpu(rec: dict[str, Any]) -> dict[str, Any]:
+    """Where the collector's CPUs' time went over the window (`cpu_accounting.cpu_shares`: this process, other
+    processes, interrupts, steal, idle, as fractions of the CPUs' capacity). Empty for a record made before the
+    collector read its CPUs, or where it could not read `/proc/stat`."""
+    if "cpu_times" not in rec:
+        return {}
+    own, wall = rec["cpu_own_seconds"], rec["cpu_wall_seconds"]
+    ids = tuple(int(c) for c in rec["cpu_ids"])
+    first = cpu_accounting.CpuSample(ids, rec["cpu_times"][0], float(own[0]), float(wall[0]))
+    last = cpu_accounting.CpuSample(ids, rec["cpu_times"][1], float(own[1]), float(wall[1]))
+    shares = cpu_accounting.shares_between(first, last)
+    return {} if shares is None else {"in_run_cpu_share": shares}
 
 
 def _resets_by_tick(rec: dict[str, Any]) -> dict[int, list[tuple[np.ndarray, np.ndarray, dict | None]]]:
@@ -246,7 +265,9 @@ def replay_run(
         env = envs.make(**{**kwargs, "num_envs": rows}, cpu_ids=cpus, nthread=len(cpus))
         try:
             replay_np_env(env, rec)  # warm-up: page in the pool's data and numpy's paths
+            before = cpu_accounting.sample(cpus)
             bare_s, bare_state = replay_bare(env, rec)
+            replay_shares = cpu_accounting.shares_between(before, cpu_accounting.sample(cpus))
             np_env_s, worst, np_state = replay_np_env(env, rec)
             if busy_cpus:
                 with cpus_kept_busy(busy_cpus):
@@ -267,6 +288,8 @@ def replay_run(
         "replay_states_agree": bool(np.array_equal(bare_state, np_state)),
         "replay_cpus": cpus,
         **window_phases(rec),
+        **window_cpu(rec),
+        **({"replayed_bare_cpu_share": replay_shares} if replay_shares is not None else {}),
         **(
             {"replayed_bare_busy_cpus_env_steps_per_s": train_rows * ticks / busy_s, "busy_cpus": list(busy_cpus)}
             if busy_cpus

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from offpolicy.runtime import cpu_accounting
 from offpolicy.runtime.slots import PHASE_NAMES
 
 
@@ -76,7 +77,9 @@ class WindowRecorder:
     log entry is (rows, states) or (rows, states, model fields): the fields of the new episodes' models (each
     `(len(rows), ...)`), or None for a write of states inside the rows' episodes (a push). Saved as one .npz at
     the window's end: `reset_kinds` per entry (0 new episodes, 1 a state write) and `reset_fields/<name>` the
-    fields of the entries that carry them, in order.
+    fields of the entries that carry them, in order. The collector's CPUs are read at the window's first tick
+    and at its end (`offpolicy.runtime.cpu_accounting`): `cpu_ids`, `cpu_own_seconds` and `cpu_wall_seconds`
+    (first, last), and `cpu_times` (first, last; per CPU and field) where `/proc/stat` could be read.
     """
 
     def __init__(self, env: Any, window: RecordWindow) -> None:
@@ -94,6 +97,8 @@ class WindowRecorder:
         self.start = window.start_tick if window.start_s is None else None
         """first tick of the window (None until a start_s window has begun)"""
         self._clock0: float | None = None
+        self.cpu_first: cpu_accounting.CpuSample | None = None
+        """the collector's CPUs read at the window's first tick"""
 
     def _in_window(self, tick: int) -> bool:
         return self.start is not None and self.start <= tick < self.start + self.window.ticks
@@ -109,6 +114,7 @@ class WindowRecorder:
         if tick == self.start:
             self.snapshot = self.env.snapshot()
             self.env.reset_log = []
+            self.cpu_first = cpu_accounting.sample()
         if self._in_window(tick):
             self.actions.append(np.array(actions, copy=True))
 
@@ -161,6 +167,16 @@ class WindowRecorder:
         reset_ticks = np.array([t for t, _, _ in self.resets], dtype=np.int64)
         reset_counts = np.array([len(r) for _, r, _ in self.resets], dtype=np.int64)
         nstate = self.snapshot["state"].shape[1]
+        cpu: dict[str, np.ndarray] = {}
+        if self.cpu_first is not None:
+            first, last = self.cpu_first, cpu_accounting.sample(self.cpu_first.cpus)
+            cpu = {
+                "cpu_ids": np.array(first.cpus, dtype=np.int64),
+                "cpu_own_seconds": np.array([first.own_s, last.own_s]),
+                "cpu_wall_seconds": np.array([first.wall_s, last.wall_s]),
+            }
+            if first.times is not None and last.times is not None:
+                cpu["cpu_times"] = np.stack([first.times, last.times])
         np.savez(
             self.window.path,
             start_tick=self.start,
@@ -182,4 +198,5 @@ class WindowRecorder:
             phase_names=np.array(PHASE_NAMES),
             **{f"snapshot/{k}": v for k, v in self.snapshot.items() if k != "rng"},
             snapshot_rng=np.frombuffer(repr(self.snapshot["rng"]).encode(), dtype=np.uint8),
+            **cpu,
         )

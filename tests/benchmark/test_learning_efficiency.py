@@ -145,6 +145,25 @@ def test_window_phase_means_come_from_the_replay_and_are_none_for_older_records(
     assert new_row["window_cycle_ms_median"] == means["cycle"] / 2 and old_row["window_cycle_ms_median"] is None
 
 
+def test_cpu_shares_come_from_the_replay_and_the_table_shows_other_processes_and_steal(tmp_path):
+    from benchmark.offpolicy.learning_efficiency import CPU_SHARES, markdown_table
+
+    new = make_run(tmp_path, "hopper_flashsac_seed0")
+    make_run(tmp_path, "hopper_flashsac_seed1", seed=1)  # recorded before the collector read its CPUs
+    replay = json.loads((new / "replay.json").read_text())
+    replay["in_run_cpu_share"] = {"own": 0.81, "other": 0.034, "irq": 0.002, "steal": 0.061, "idle": 0.093}
+    replay["replayed_bare_cpu_share"] = {"own": 0.97, "other": 0.01, "irq": 0.0, "steal": 0.005, "idle": 0.015}
+    (new / "replay.json").write_text(json.dumps(replay))
+    new_row, old_row = efficiency_rows(tmp_path)
+    for share in CPU_SHARES:
+        assert new_row[f"window_cpu_{share}"] == replay["in_run_cpu_share"][share]
+        assert new_row[f"replay_cpu_{share}"] == replay["replayed_bare_cpu_share"][share]
+        assert old_row[f"window_cpu_{share}"] is None and old_row[f"replay_cpu_{share}"] is None
+    new_line, old_line = markdown_table([new_row, old_row]).splitlines()[2:]
+    # the window's other processes then steal, as percentages: 3.4% and 6.1%, not the replay's 1.0% / 0.5%
+    assert new_line.endswith("| 3.4% / 6.1% | not met |") and old_line.endswith("| n/a | not met |")
+
+
 def test_the_tick_mode_comes_from_the_summary(tmp_path):
     from benchmark.offpolicy.learning_efficiency import markdown_table
 
@@ -216,7 +235,9 @@ def test_cli_writes_json_csv_and_the_markdown_table(tmp_path):
     assert markdown in done.stdout
     lines = markdown.splitlines()
     assert lines[0].startswith("| algo | task | seed | in-run env-steps/s (window) |")
-    assert lines[0].endswith("| outside pool (share of cycle) | physics per tick, in run / replayed | target 0.95 |")
+    assert lines[0].endswith(
+        "| physics per tick, in run / replayed | collector's CPUs: other processes / steal | target 0.95 |"
+    )
     assert lines[2].startswith("| FlashSAC | hopper | 0 | 970 | 1,000 | 0.970 | 0.30 | 300 |")
     assert "**met**" in lines[2] and "no replay" in lines[3]
 

@@ -56,6 +56,16 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
     assert result["replay_states_agree"]  # and the bare pool ends in the same physics state
     assert result["env_steps_per_s"] > 0 and result["replayed_bare_env_steps_per_s"] > 0
 
+    # where the collector's CPUs' time went over the window, read by the collector at its first and last tick
+    assert [int(c) for c in rec["cpu_ids"]] == json.loads((tmp_path / "summary.json").read_text())["collector_cpus"]
+    assert rec["cpu_times"].shape == (2, len(rec["cpu_ids"]), 8) and (rec["cpu_times"][1] >= rec["cpu_times"][0]).all()
+    assert rec["cpu_wall_seconds"][1] - rec["cpu_wall_seconds"][0] >= float(rec["in_run_seconds"])
+    # the shares cover the stretch up to the counters' 10-ms ticks: ~1 s of window, a bare replay of ~0.1 s
+    for key, tolerance in (("in_run_cpu_share", 0.15), ("replayed_bare_cpu_share", 0.3)):
+        shares = result[key]
+        assert sum(shares.values()) == pytest.approx(1.0, abs=tolerance), (key, shares)
+        assert shares["own"] > 0.0, (key, shares)  # the collector's physics and numpy; the replay's physics
+
     # The collector's phase row of every window tick, aligned to its tick: a tick's cycle (publish to publish)
     # is the previous tick's ingress plus this tick's wait for the action and its critical path, to the ns.
     names = [str(n) for n in rec["phase_names"]]
