@@ -5,6 +5,11 @@ This splits each episode's rewards into blocks of `--block` steps (default 100) 
 earns at least `--level` of its steps (default 0.8: 80 in a block of 100), the onset of the task's gait. That
 tells a policy that fails to get going from one that falls out of its gait: per episode the block sums, the
 onset, the least block from the onset on and the mean height of one body per block (`--body`, default torso).
+For tasks whose body has a free root joint (dog, humanoid, quadruped) it also keeps how each episode started:
+the root's horizontal velocity in the body's own frame (forward and sideways) and its yaw rate, which the
+suite's reset randomises, and the mean magnitude of the actuators' initial activations where it randomises
+those (dog). The summary compares them across the episodes that got going within the first two blocks (`early`),
+later (`late`) and never (`never`), so a start the policy cannot handle shows as a difference.
 
     python -m benchmark.offpolicy.episode_phases <checkpoint or policy file> --episodes 64 --seed 11 --out phases.json
 
@@ -55,6 +60,52 @@ def episode_phases(rewards: np.ndarray, heights: np.ndarray, block: int, level: 
     }
 
 
+def initial_motion(root_qvel: np.ndarray, body_xmat: np.ndarray, act: np.ndarray) -> dict[str, float]:
+    """How an episode started: the free root's world velocity (`root_qvel`, its 6 entries) as forward and
+    sideways speed along the body's own x and y axes (`body_xmat`, row-major 3x3 as MuJoCo keeps it), the yaw
+    rate, and the mean magnitude of the initial actuator activations (`act`; 0 where there are none)."""
+    frame = np.asarray(body_xmat, np.float64).reshape(3, 3)
+    velocity = np.asarray(root_qvel, np.float64)[:3]
+    act = np.asarray(act, np.float64)
+    return {
+        "forward_velocity": round(float(frame[:, 0] @ velocity), 4),
+        "sideways_velocity": round(float(frame[:, 1] @ velocity), 4),
+        "yaw_rate": round(float(root_qvel[5]), 4),
+        "act_abs_mean": round(float(np.abs(act).mean()), 4) if act.size else 0.0,
+    }
+
+
+START_GROUPS = ("early", "late", "never")
+
+
+def start_group(onset_block: int | None) -> str:
+    """`early`: the gait within the first two blocks; `late`: after them; `never`: not at all."""
+    return "never" if onset_block is None else ("early" if onset_block < 2 else "late")
+
+
+def initial_by_start(episodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per start group: its episode count, the median forward speed (signed: moving backward is not moving
+    forward) and the share of episodes that started moving backward, the medians of |sideways speed| and |yaw
+    rate| (the task is symmetric in both) and of the initial activations' magnitude. None where the episodes
+    kept no initial motion."""
+    if not episodes or episodes[0].get("initial") is None:
+        return None
+    out: dict[str, Any] = {}
+    for group in START_GROUPS:
+        members = [e["initial"] for e in episodes if start_group(e["onset_block"]) == group]
+        out[group] = {"episodes": len(members)}
+        if members:
+            forward = np.array([m["forward_velocity"] for m in members])
+            out[group].update(
+                median_forward_velocity=round(float(np.median(forward)), 4),
+                backward_fraction=round(float(np.mean(forward < 0)), 4),
+                median_abs_sideways_velocity=round(float(np.median([abs(m["sideways_velocity"]) for m in members])), 4),
+                median_abs_yaw_rate=round(float(np.median([abs(m["yaw_rate"]) for m in members])), 4),
+                median_act_abs_mean=round(float(np.median([m["act_abs_mean"] for m in members])), 4),
+            )
+    return out
+
+
 def summarise(episodes: list[dict[str, Any]], num_blocks: int) -> dict[str, Any]:
     """Over the episodes: returns, how many reached the gait and when, and the least block after reaching it."""
     returns = np.array([e["return"] for e in episodes])
@@ -70,6 +121,7 @@ def summarise(episodes: list[dict[str, Any]], num_blocks: int) -> dict[str, Any]
         "least_block_from_onset": min((e["least_block_from_onset"] for e in started), default=None),
         "returns_reached_gait": sorted(round(e["return"], 1) for e in started),
         "returns_never_reached_gait": sorted(round(e["return"], 1) for e in episodes if e["onset_block"] is None),
+        "initial_by_start": initial_by_start(episodes),
     }
 
 
@@ -110,17 +162,21 @@ def run(path: Path, episodes: int, seed: int, block: int, level: float, body: st
     torch.set_num_threads(1)  # one row a step: more threads only contend with the physics
     name, policy = load_mean_policy(path, actor)
     env = envs.dmc.reference_env(name, seed)
+    model = env.physics.model
+    free_root = model.njnt > 0 and int(model.jnt_type[0]) == 0  # mjJNT_FREE: a body that moves on its own
     rows = []
     try:
         for _ in range(episodes):
             timestep = env.reset()
+            data = env.physics.data
+            start = initial_motion(data.qvel[:6], env.physics.named.data.xmat[body], data.act) if free_root else None
             rewards, heights = [], []
             while not timestep.last():
                 obs = envs.dmc.flatten_observation(name, timestep.observation).astype(np.float32)
                 timestep = env.step(policy({"actor": obs[None]})[0])
                 rewards.append(float(timestep.reward))
                 heights.append(float(env.physics.named.data.xpos[body, "z"]))
-            rows.append(episode_phases(np.array(rewards), np.array(heights), block, level))
+            rows.append({**episode_phases(np.array(rewards), np.array(heights), block, level), "initial": start})
     finally:
         env.close()
     from benchmark.machine import machine_info

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmark.offpolicy.episode_phases import block_sums, episode_phases, onset, summarise
+from benchmark.offpolicy.episode_phases import (
+    block_sums,
+    episode_phases,
+    initial_by_start,
+    initial_motion,
+    onset,
+    start_group,
+    summarise,
+)
 
 
 def test_block_sums_add_consecutive_steps():
@@ -58,3 +66,43 @@ def test_summary_counts_onsets_and_keeps_the_least_block_over_started_episodes()
     assert got["least_block_from_onset"] == 1.5  # the least over started episodes, the unstarted one left out
     assert got["returns_reached_gait"] == [3.0, 9.0, 15.0]
     assert got["returns_never_reached_gait"] == [1.0]
+    assert got["initial_by_start"] is None  # these episodes kept no initial motion (no free root)
+
+
+def test_initial_motion_in_the_bodys_own_frame():
+    # the body turned 90 degrees to the left: its x axis is world +y, its y axis world -x (MuJoCo's row-major xmat)
+    turned = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]).ravel()
+    # moving along world +x at 2 m/s, +y at 0.5 m/s, spinning at -1.5 rad/s: 0.5 forward and 2 to its right (-y)
+    got = initial_motion(np.array([2.0, 0.5, 0.3, 0.0, 0.0, -1.5]), turned, np.array([0.2, -0.6, 0.1]))
+    assert got == pytest.approx(
+        {"forward_velocity": 0.5, "sideways_velocity": -2.0, "yaw_rate": -1.5, "act_abs_mean": 0.3}
+    )
+    assert initial_motion(np.zeros(6), np.eye(3).ravel(), np.zeros(0))["act_abs_mean"] == 0.0
+
+
+def test_start_groups_and_their_medians():
+    assert [start_group(b) for b in (0, 1, 2, 9, None)] == ["early", "early", "late", "late", "never"]
+
+    def episode(onset_block, forward, sideways, yaw):
+        initial = {"forward_velocity": forward, "sideways_velocity": sideways, "yaw_rate": yaw, "act_abs_mean": 0.5}
+        return {"onset_block": onset_block, "initial": initial}
+
+    episodes = [episode(0, 1.0, -0.5, 0.1), episode(1, -3.0, 0.5, -0.3), episode(0, 2.0, 0.2, 0.2),
+                episode(None, 0.5, -4.0, 3.0), episode(5, 0.0, 2.0, -1.0)]  # fmt: skip
+    got = initial_by_start(episodes)
+    # early: forward 1, -3, 2 -> median 1 (signed: the |.| median would be 2), one of three backward;
+    # |sideways| 0.5, 0.5, 0.2 -> 0.5; |yaw| 0.1, 0.3, 0.2 -> 0.2
+    assert got["early"] == pytest.approx(
+        {
+            "episodes": 3,
+            "median_forward_velocity": 1.0,
+            "backward_fraction": 1 / 3,
+            "median_abs_sideways_velocity": 0.5,
+            "median_abs_yaw_rate": 0.2,
+            "median_act_abs_mean": 0.5,
+        },
+        abs=1e-4,
+    )
+    assert got["never"]["episodes"] == 1 and got["never"]["median_abs_sideways_velocity"] == 4.0
+    assert got["late"]["episodes"] == 1 and got["late"]["median_abs_yaw_rate"] == 1.0
+    assert got["late"]["backward_fraction"] == 0.0  # standing still is not moving backward
