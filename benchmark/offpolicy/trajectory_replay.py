@@ -19,7 +19,10 @@ rate over the same window comes from the collector's clock in the record. Both
 sides also say where their CPUs' time went (`in_run_cpu_share`, from the
 collector's reads at the window's first and last tick; `replayed_bare_cpu_share`,
 around the bare replay): this process, other processes, interrupts, the host
-taking the virtual CPUs (steal), idle (`offpolicy.runtime.cpu_accounting`).
+taking the virtual CPUs (steal), idle (`offpolicy.runtime.cpu_accounting`). A bare
+replay whose CPUs lost more than `STEAL_LIMIT` of their time to steal understates the
+bare pool, so it is run again, up to `BARE_REPLAY_ATTEMPTS` times in all, and the one
+with the least steal counts (every attempt is listed in `replayed_bare_attempts`).
 
     python -m benchmark.offpolicy.trajectory_replay <run dir> [--cpus 2-15]   # prints and returns the figures
 """
@@ -45,6 +48,11 @@ if str(REPO) not in sys.path:
 
 from benchmark.machine import parse_cpus  # noqa: E402
 from offpolicy.runtime import cpu_accounting  # noqa: E402
+
+STEAL_LIMIT = 0.02
+"""the share of the replay's CPU time the hypervisor may take (steal) before the bare replay is run again"""
+BARE_REPLAY_ATTEMPTS = 3
+"""bare replays at most, the first included"""
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
@@ -189,6 +197,32 @@ def _replay_bare_steps(env: Any, rec: dict[str, Any]) -> tuple[float, np.ndarray
     return time.perf_counter() - t0, state
 
 
+def replay_bare_least_steal(
+    env: Any,
+    rec: dict[str, Any],
+    cpus: list[int],
+    attempts: int = BARE_REPLAY_ATTEMPTS,
+    steal_limit: float = STEAL_LIMIT,
+) -> tuple[float, np.ndarray, dict[str, float] | None, list[dict[str, float | None]]]:
+    """`replay_bare`, run again while its CPUs lost more than `steal_limit` of their time to steal, `attempts`
+    times at most: the seconds, final state and CPU shares of the attempt with the least steal, and every
+    attempt's seconds and steal share. One attempt where the CPUs' counters cannot be read."""
+    tried: list[dict[str, float | None]] = []
+    best: tuple[float, np.ndarray, dict[str, float] | None] | None = None
+    for _ in range(max(attempts, 1)):
+        before = cpu_accounting.sample(cpus)
+        seconds, state = replay_bare(env, rec)
+        shares = cpu_accounting.shares_between(before, cpu_accounting.sample(cpus))
+        steal = None if shares is None else shares["steal"]
+        tried.append({"seconds": seconds, "steal": steal})
+        if best is None or (steal is not None and best[2] is not None and steal < best[2]["steal"]):
+            best = (seconds, state, shares)
+        if steal is None or steal <= steal_limit:
+            break
+    assert best is not None
+    return (*best, tried)
+
+
 def replay_np_env(env: Any, rec: dict[str, Any]) -> tuple[float, float, np.ndarray]:
     """Seconds NpEnv takes for the window, the largest observation difference to the run's, and the final state."""
     env.restore(rec["snapshot"])
@@ -265,9 +299,7 @@ def replay_run(
         env = envs.make(**{**kwargs, "num_envs": rows}, cpu_ids=cpus, nthread=len(cpus))
         try:
             replay_np_env(env, rec)  # warm-up: page in the pool's data and numpy's paths
-            before = cpu_accounting.sample(cpus)
-            bare_s, bare_state = replay_bare(env, rec)
-            replay_shares = cpu_accounting.shares_between(before, cpu_accounting.sample(cpus))
+            bare_s, bare_state, replay_shares, bare_attempts = replay_bare_least_steal(env, rec, cpus)
             np_env_s, worst, np_state = replay_np_env(env, rec)
             if busy_cpus:
                 with cpus_kept_busy(busy_cpus):
@@ -290,6 +322,7 @@ def replay_run(
         **window_phases(rec),
         **window_cpu(rec),
         **({"replayed_bare_cpu_share": replay_shares} if replay_shares is not None else {}),
+        "replayed_bare_attempts": bare_attempts,
         **(
             {"replayed_bare_busy_cpus_env_steps_per_s": train_rows * ticks / busy_s, "busy_cpus": list(busy_cpus)}
             if busy_cpus

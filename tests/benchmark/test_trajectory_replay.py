@@ -55,6 +55,8 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
     assert result["replay_obs_max_abs_diff"] == 0.0  # NpEnv from the snapshot: the run's observations exactly
     assert result["replay_states_agree"]  # and the bare pool ends in the same physics state
     assert result["env_steps_per_s"] > 0 and result["replayed_bare_env_steps_per_s"] > 0
+    tried = result["replayed_bare_attempts"]  # one more only while the hypervisor took over 2% of the CPUs
+    assert 1 <= len(tried) <= 3 and all(t["steal"] > 0.02 for t in tried[:-1])
 
     # where the collector's CPUs' time went over the window, read by the collector at its first and last tick
     assert [int(c) for c in rec["cpu_ids"]] == json.loads((tmp_path / "summary.json").read_text())["collector_cpus"]
@@ -136,3 +138,27 @@ def _sched_counts(pid: int) -> dict[str, float]:
         if key.endswith("ctxt_switches"):
             out[key] = int(value)
     return out
+
+
+@pytest.mark.parametrize(
+    ("steals", "chosen", "attempts"),
+    [
+        ([0.20, 0.05, 0.10], 1, 3),  # all over the limit: the least steal counts, not the fastest, first or last
+        ([0.20, 0.01, 0.30], 1, 2),  # stops at the first under the limit
+        ([0.02], 0, 1),  # at the limit: no second attempt
+        ([None], 0, 1),  # counters unreadable: one attempt
+    ],
+)
+def test_a_bare_replay_under_steal_is_run_again_and_the_least_stolen_counts(monkeypatch, steals, chosen, attempts):
+    from benchmark.offpolicy import trajectory_replay as tr
+
+    seconds = iter([1.0, 2.0, 1.5])
+    states = iter([np.full(2, k) for k in range(3)])
+    shares = iter([None if s is None else {"own": 0.9 - s, "steal": s} for s in steals])
+    monkeypatch.setattr(tr, "replay_bare", lambda env, rec: (next(seconds), next(states)))
+    monkeypatch.setattr(tr.cpu_accounting, "shares_between", lambda first, last: next(shares))
+    bare_s, state, share, tried = tr.replay_bare_least_steal(None, {}, [0], attempts=3, steal_limit=0.02)
+    assert [t["steal"] for t in tried] == steals[:attempts]
+    assert [t["seconds"] for t in tried] == [1.0, 2.0, 1.5][:attempts]
+    assert bare_s == [1.0, 2.0, 1.5][chosen] and state[0] == chosen
+    assert share == (None if steals[chosen] is None else {"own": 0.9 - steals[chosen], "steal": steals[chosen]})
