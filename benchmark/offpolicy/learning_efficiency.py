@@ -10,7 +10,11 @@ For every run folder under the runs dir (`<task>_<algo>_seed<k>/`, as `learning_
   the metric rows' medians below cannot show when a few ticks are slow; and, for runs whose collector read
   its CPUs at the window's ends, where those CPUs' time went over the window and the replay's over the bare
   replay (`window_cpu_<share>`, `replay_cpu_<share>`: this process, other processes, interrupts, steal,
-  idle, as fractions of the CPUs' capacity), which says whether something else held the collector's cores;
+  idle, as fractions of the CPUs' capacity), which says whether something else held the collector's cores,
+  and the CPU time the collector's process spent a tick against the bare replay's (`collector_cpu_ms_per_tick`,
+  `replay_cpu_ms_per_tick`, `cpu_time_over_replay`: the own share x the CPUs x the window's mean cycle, and x
+  one replayed tick), which says whether the same work took more CPU time in the run (the run's figure also
+  holds the collector's work outside the pool, a few percent of its cycle);
 - from `metrics.csv`: the medians, over the metric rows that cover the window, of the learner's busy
   fraction, updates/s, the inference tick and the collector's per-tick phases. A row is logged at tick
   `env_steps / num_envs` and covers the ticks since the previous row: the rows whose tick range overlaps
@@ -122,6 +126,9 @@ COLUMNS = (
     "window_cycle_ms_median",
     *(f"window_cpu_{share}" for share in CPU_SHARES),
     *(f"replay_cpu_{share}" for share in CPU_SHARES),
+    "collector_cpu_ms_per_tick",
+    "replay_cpu_ms_per_tick",
+    "cpu_time_over_replay",
 )
 """the fields of a row, in the order of the CSV"""
 
@@ -228,7 +235,9 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
         for prefix, key in (("window_cpu", "in_run_cpu_share"), ("replay_cpu", "replayed_bare_cpu_share")):
             shares = replay.get(key) or {}
             row.update({f"{prefix}_{share}": shares.get(share) for share in CPU_SHARES})
+        ncpus = len(replay.get("replay_cpus") or ())
     else:
+        ncpus = 0
         row.update({k: None for k in REPLAY_FIELDS}, replay_exact=None)
         start, ticks, source = _config_window(cfg, run, num_envs)
     if start is not None:
@@ -244,6 +253,14 @@ def efficiency_row(run: RunRecord) -> dict[str, Any]:
     row["physics_over_replay"] = (
         None if physics is None or row["replayed_bare_tick_ms"] is None else physics / row["replayed_bare_tick_ms"]
     )
+    cycle, own, replay_own = row.get("window_cycle_ms_mean"), row.get("window_cpu_own"), row.get("replay_cpu_own")
+    row["collector_cpu_ms_per_tick"] = None if None in (cycle, own) or not ncpus else own * ncpus * cycle
+    row["replay_cpu_ms_per_tick"] = (
+        None if None in (replay_own, row["replayed_bare_tick_ms"]) or not ncpus
+        else replay_own * ncpus * row["replayed_bare_tick_ms"]
+    )  # fmt: skip
+    run_cpu, replay_cpu = row["collector_cpu_ms_per_tick"], row["replay_cpu_ms_per_tick"]
+    row["cpu_time_over_replay"] = run_cpu / replay_cpu if run_cpu and replay_cpu else None
     row["inference_tick_mode"] = tick_mode(summary)
     row["learner_saturated"], row["target"] = classify(row["ratio_to_replayed_bare"], row["learner_busy"])
     row.update(
@@ -288,10 +305,12 @@ def _physics(row: dict[str, Any]) -> str:
 
 
 def _cpus(row: dict[str, Any]) -> str:
-    """`other processes / steal` as percentages of the collector's CPUs over the window, or n/a (runs recorded
-    before the collector read its CPUs)."""
+    """`other processes / steal` as percentages of the collector's CPUs over the window, then the collector's CPU
+    time a tick over the bare replay's; n/a (runs recorded before the collector read its CPUs)."""
     other, steal = row["window_cpu_other"], row["window_cpu_steal"]
-    return "n/a" if other is None or steal is None else f"{100 * other:.1f}% / {100 * steal:.1f}%"
+    if other is None or steal is None:
+        return "n/a"
+    return f"{100 * other:.1f}% / {100 * steal:.1f}% / {_number(row['cpu_time_over_replay'], '.2f')}"
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -299,7 +318,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = ["algo", "task", "seed", "in-run env-steps/s (window)", "replayed bare env-steps/s",
             "ratio_to_replayed_bare", "learner busy", "updates/s", "inference tick", "of which: launch / action copy", "collector wait for action",
             "outside pool (share of cycle)", "physics per tick, in run / replayed",
-            "collector's CPUs: other processes / steal", "target 0.95"]  # fmt: skip
+            "collector's CPUs: other processes / steal / CPU time a tick over the replay's", "target 0.95"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "| --- | --- | ---: |" + " ---: |" * (len(head) - 4) + " --- |"]
     for r in rows:
         ratio = _number(r["ratio_to_replayed_bare"], ".3f")

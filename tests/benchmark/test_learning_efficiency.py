@@ -161,7 +161,29 @@ def test_cpu_shares_come_from_the_replay_and_the_table_shows_other_processes_and
         assert old_row[f"window_cpu_{share}"] is None and old_row[f"replay_cpu_{share}"] is None
     new_line, old_line = markdown_table([new_row, old_row]).splitlines()[2:]
     # the window's other processes then steal, as percentages: 3.4% and 6.1%, not the replay's 1.0% / 0.5%
-    assert new_line.endswith("| 3.4% / 6.1% | not met |") and old_line.endswith("| n/a | not met |")
+    # no CPU list or cycle means in these replays: the CPU time a tick is not computed
+    assert new_line.endswith("| 3.4% / 6.1% / n/a | not met |") and old_line.endswith("| n/a | not met |")
+
+
+def test_cpu_time_a_tick_is_the_own_share_over_the_cpus_and_the_mean_cycle_against_one_replayed_tick(tmp_path):
+    from benchmark.offpolicy.learning_efficiency import markdown_table
+
+    new = make_run(tmp_path, "hopper_flashsac_seed0")
+    make_run(tmp_path, "hopper_flashsac_seed1", seed=1)  # recorded before the collector read its CPUs
+    replay = json.loads((new / "replay.json").read_text())
+    replay["replay_cpus"] = [2, 3]
+    replay["in_run_phase_ms"] = {"cycle": {"mean": 10.0, "median": 7.0, "p99": 30.0, "max": 31.0}}
+    replay["in_run_cpu_share"] = {"own": 0.81, "other": 0.0, "irq": 0.0, "steal": 0.0, "idle": 0.19}
+    replay["replayed_bare_cpu_share"] = {"own": 0.97, "other": 0.0, "irq": 0.0, "steal": 0.0, "idle": 0.03}
+    (new / "replay.json").write_text(json.dumps(replay))
+    row, old = efficiency_rows(tmp_path)
+    # 0.81 of 2 CPUs over the mean 10-ms cycle (not the 7-ms median): 16.2 CPU-ms; the replay's 0.97 of 2 CPUs
+    # over one replayed tick of the 4 training rows at 1000 env-steps/s (4 ms, not 6 with the eval rows): 7.76
+    assert row["collector_cpu_ms_per_tick"] == pytest.approx(16.2)
+    assert row["replay_cpu_ms_per_tick"] == pytest.approx(7.76)
+    assert row["cpu_time_over_replay"] == pytest.approx(16.2 / 7.76)
+    assert old["collector_cpu_ms_per_tick"] is None and old["cpu_time_over_replay"] is None
+    assert markdown_table([row]).splitlines()[2].endswith("| 0.0% / 0.0% / 2.09 | not met |")
 
 
 def test_the_tick_mode_comes_from_the_summary(tmp_path):
@@ -236,7 +258,8 @@ def test_cli_writes_json_csv_and_the_markdown_table(tmp_path):
     lines = markdown.splitlines()
     assert lines[0].startswith("| algo | task | seed | in-run env-steps/s (window) |")
     assert lines[0].endswith(
-        "| physics per tick, in run / replayed | collector's CPUs: other processes / steal | target 0.95 |"
+        "| physics per tick, in run / replayed"
+        " | collector's CPUs: other processes / steal / CPU time a tick over the replay's | target 0.95 |"
     )
     assert lines[2].startswith("| FlashSAC | hopper | 0 | 970 | 1,000 | 0.970 | 0.30 | 300 |")
     assert "**met**" in lines[2] and "no replay" in lines[3]
