@@ -16,7 +16,8 @@ minutes) and `learning_locomotion/` (the legged-robot tasks of `envs/locomotion`
    `eval_final.json`;
 3. `benchmark/offpolicy/trajectory_replay.py` on the recorded window, pinned to the collector's CPUs: the run's rate over
    the window against bare physics replaying exactly its states, actions and resets (`replay.json`, with
-   `ratio_to_replayed_bare`).
+   `ratio_to_replayed_bare`), and that bare replay once more while the learner's CPUs spin
+   (`replayed_bare_busy_cpus_env_steps_per_s`): whether a busy learner side of the host alone slows the physics.
 
 The kept folder, `<out>/<task>_<algo>_seed<k>/`, holds `metrics.csv`, `summary.json` (`snapshot_eval`: the final
 snapshot's episodes, mean, median, min), `config_resolved.yaml`, `train_console.log`, `eval_final.json`,
@@ -258,7 +259,7 @@ def learning_run(args: argparse.Namespace) -> dict:
     if not getattr(args, "record", True):
         out["replay"] = f"none: {args.task}'s env cannot snapshot its state, so no window was recorded"
     if (work / "record.npz").exists():
-        replay = replay_run(work)
+        replay = replay_run(work, busy_cpus=parse_cpus(args.learner_cpus))
         replay["ratio_to_replayed_bare"] = replay["env_steps_per_s"] / replay["replayed_bare_env_steps_per_s"]
         (work / "replay.json").write_text(json.dumps(replay, indent=1) + "\n")
         out["ratio_to_replayed_bare"] = replay["ratio_to_replayed_bare"]

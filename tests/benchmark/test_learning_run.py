@@ -62,6 +62,8 @@ def test_learning_run_keeps_a_complete_run_folder(tmp_path, task, window):
         assert 0 < replay["window_start_tick"] < summary["ticks"] - 10 and rows
     assert replay["replay_obs_max_abs_diff"] == 0.0 and replay["replay_states_agree"]
     assert replay["ratio_to_replayed_bare"] > 0
+    # and once more with the learner's CPU spinning, as the learner's side of the host is in a run
+    assert replay["busy_cpus"] == [0] and replay["replayed_bare_busy_cpus_env_steps_per_s"] > 0
     # the run compiled from empty caches of its own, and the kept record says so with its commands
     record = json.loads((kept / "learning_run.json").read_text())
     assert record["compile_cache"] == "cold" and record["train_exit"] == 0 and record["eval_exit"] == 0
