@@ -47,11 +47,6 @@ from benchmark.offpolicy.trajectory_replay import cpus_kept_busy  # noqa: E402
 from offpolicy.runtime import cpu_accounting  # noqa: E402
 
 CONDITIONS = ("alone", "spin", "learner")
-QUICK_SIZES = {
-    "fastsac": {"batch_size": 64, "critic_hidden_dim": 32, "actor_hidden_dim": 16},
-    "flashsac": {"batch_size": 64, "critic_hidden_dim": 16, "actor_hidden_dim": 8},
-}
-"""network and batch sizes of `--quick` (a CPU machine): the learner's load, not its speed, is what matters there"""
 
 
 def stretch(env: Any, snapshot: dict[str, Any], actions: np.ndarray, cpus: list[int]) -> dict[str, Any]:
@@ -83,8 +78,8 @@ def learner_worker(args: argparse.Namespace) -> int:
     from hydra import compose, initialize_config_dir
 
     import envs
+    from benchmark.offpolicy.benchmark_update_speed import QUICK_SIZES, random_replay
     from offpolicy.algorithms import make_algorithm
-    from offpolicy.replay_buffer import ReplayBuffer
 
     torch.set_num_threads(len(cpus))
     device = torch.device(args.device)
@@ -99,16 +94,7 @@ def learner_worker(args: argparse.Namespace) -> int:
     probe.close()
     algo = make_algorithm(algo_cfg, spec, device)
     updates = int(cfg.train.get("updates_per_step") or algo.updates_per_step)
-    rows = num_envs * (8 if args.quick else 1024)
-    replay = ReplayBuffer(rows, dict(spec.obs_dims), spec.action_dim, device, num_envs)
-    gen = torch.Generator(device=device).manual_seed(0)
-    for _ in range(rows // num_envs):
-        obs = {k: torch.randn(num_envs, d, device=device, generator=gen) for k, d in spec.obs_dims.items()}
-        nxt = {k: torch.randn(num_envs, d, device=device, generator=gen) for k, d in spec.obs_dims.items()}
-        act = torch.rand(num_envs, spec.action_dim, device=device, generator=gen) * 2 - 1
-        rew = torch.rand(num_envs, device=device, generator=gen)
-        zero = torch.zeros(num_envs, device=device)
-        replay.add(obs, act, rew, nxt, zero, zero)
+    replay = random_replay(spec, num_envs * (8 if args.quick else 1024), device)
     for _ in range(3):  # compile and capture, as a run's first phases do
         algo.update_phase(replay, updates)
     if device.type == "cuda":
