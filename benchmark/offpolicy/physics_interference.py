@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(args) | {"machine": machine_info()}
     for condition, row in result["conditions"].items():
         print(f"[physics_interference] {condition:8s} {row['env_steps_per_s']:>12,.0f} env-steps/s  "
-              f"x{row['seconds_over_alone']:.3f} of alone  cpu-ms/tick {row['cpu_ms_per_tick']}", flush=True)  # fmt: skip
+              f"seconds x{row['seconds_over_alone']:.3f} of alone's  cpu-ms/tick {row['cpu_ms_per_tick']:.1f}", flush=True)  # fmt: skip
     print(f"[physics_interference] same work in every stretch: {result['same_work']}; learner: "
           f"{result['conditions']['learner']['learner']}", flush=True)  # fmt: skip
     if args.out:
