@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -174,6 +175,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        shutil.rmtree(control, ignore_errors=True)  # the control files, once the learner is gone
         os.sched_setaffinity(0, saved)
     reference = runs["alone"][0]["state"]
     steps = args.ticks * args.num_envs
