@@ -119,6 +119,21 @@ class NpEnvState:
         return self.terminated | self.truncated
 
 
+def checked_steps(steps: Any, rows: int) -> np.ndarray:
+    """`truncate_after`'s `steps` as (rows,) int64, every entry at least 1 (ValueError naming the bad value)."""
+    out = np.broadcast_to(np.asarray(steps, dtype=np.int64), (rows,))
+    if rows and out.min() < 1:
+        raise ValueError(f"truncate_after: steps must be >= 1, got {int(out.min())}")
+    return out
+
+
+def restored_time_limit(snapshot: dict[str, Any], max_episode_steps: int) -> np.ndarray:
+    """The rows' time limits of an env snapshot (one taken before `truncate_after` existed: the task's limit)."""
+    if "time_limit" in snapshot:
+        return np.array(snapshot["time_limit"], dtype=np.int64, copy=True)
+    return np.full(len(snapshot["episode_length"]), max_episode_steps, dtype=np.int64)
+
+
 class NpEnv:
     """Batched environment over numpy arrays with auto-reset of finished rows."""
 
@@ -134,6 +149,11 @@ class NpEnv:
 
     def reset_rows(self, env_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Start new episodes on rows `env_ids` now (between steps); returns their first observations per key."""
+        raise NotImplementedError
+
+    def truncate_after(self, env_ids: np.ndarray, steps: np.ndarray) -> None:
+        """End the episodes now running on rows `env_ids` after `steps` more steps each (>= 1), truncated as at
+        the time limit; the rows' next episodes get the full limit again (`env.stagger_starts`)."""
         raise NotImplementedError
 
     def close(self) -> None:

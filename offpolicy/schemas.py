@@ -68,6 +68,9 @@ class EnvConfig:
     """training envs in the collector (rows of one vector step)"""
     options: dict[str, Any] = field(default_factory=dict)
     """the task's keyword options (Gymnasium's), checked against the task's typed option specs (`check_task`)"""
+    stagger_starts: bool = False
+    """end each training row's first episode after a length drawn uniformly from 1 to the time limit, so the rows'
+    episodes start at ticks spread over the limit rather than all at once (evaluation rows are left alone)"""
 
 
 @dataclass

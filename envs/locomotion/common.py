@@ -20,7 +20,7 @@ import mujoco
 import numpy as np
 from mujoco_uni.batch_env import BatchEnvPool
 
-from envs.core import EnvSpec, NpEnv, NpEnvState
+from envs.core import EnvSpec, NpEnv, NpEnvState, checked_steps, restored_time_limit
 from envs.mujoco.np_env import resolve_cpu_ids
 from envs.mujoco.task import rows_finite
 from envs.tracking import EpisodeTracking
@@ -132,6 +132,9 @@ class JoystickEnv(NpEnv):
         for name, (width, dtype) in self.carry_shapes().items():
             setattr(self, name, np.zeros((n, width), dtype=dtype))
         self._episode_length = np.zeros(n, dtype=np.int64)
+        self._time_limit = np.full(n, task.max_episode_steps, dtype=np.int64)
+        """each row's episode ends (truncated) when its length reaches this: the task's limit, unless
+        `truncate_after` shortened the running episode"""
         self._episode_return = np.zeros(n)
         self.seed = int(seed)
         self.row_episodes = np.zeros(n, dtype=np.int64)
@@ -248,6 +251,7 @@ class JoystickEnv(NpEnv):
         for name in ("command", "steps_until_next_cmd", *self.carry_names):
             self._set_rows(name, env_ids, fresh.get(name, 0))
         self._episode_length[env_ids] = 0
+        self._time_limit[env_ids] = self.task.max_episode_steps
         self._episode_return[env_ids] = 0.0
         self.tracking.reset(env_ids)
 
@@ -324,6 +328,9 @@ class JoystickEnv(NpEnv):
             self._obs[key][env_ids] = value
         return first
 
+    def truncate_after(self, env_ids: np.ndarray, steps: np.ndarray) -> None:
+        self._time_limit[env_ids] = self._episode_length[env_ids] + checked_steps(steps, len(env_ids))
+
     def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> NpEnvState:
         """Start every env at the given (qpos, qvel) rows, time 0 (tests and parity checks)."""
         states = np.zeros((self.num_envs, self.nstate))
@@ -380,7 +387,7 @@ class JoystickEnv(NpEnv):
         self._resample_due_commands()
         self.advance_carry(actions, p)
         self._episode_length += 1
-        truncated = ((self._episode_length >= self.task.max_episode_steps) & ~terminated) | failed
+        truncated = ((self._episode_length >= self._time_limit) & ~terminated) | failed
         n_failed = int(np.count_nonzero(failed))
         if n_failed:
             self.physics_failures_total += n_failed
@@ -546,6 +553,7 @@ class JoystickEnv(NpEnv):
             "sensordata": self._sensordata.copy(),
             "warmstart": self._warmstart.copy(),
             "episode_length": self._episode_length.copy(),
+            "time_limit": self._time_limit.copy(),
             "episode_return": self._episode_return.copy(),
             "command": self.command.copy(),
             "steps_until_next_cmd": self.steps_until_next_cmd.copy(),
@@ -574,6 +582,7 @@ class JoystickEnv(NpEnv):
 
         self._state, self._sensordata, self._warmstart = f64("state"), f64("sensordata"), f64("warmstart")
         self._episode_length, self._episode_return = i64("episode_length"), f64("episode_return")
+        self._time_limit = restored_time_limit(snapshot, self.task.max_episode_steps)
         self.command, self.steps_until_next_cmd = f64("command"), i64("steps_until_next_cmd")
         self.row_episodes = i64("row_episodes")
         self.rng.bit_generator.state = snapshot["rng"]

@@ -40,7 +40,7 @@ import mujoco
 import numpy as np
 from mujoco_uni.batch_env import BatchEnvPool
 
-from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState
+from envs.core import ACTOR_OBS_KEY, EnvSpec, NpEnv, NpEnvState, checked_steps, restored_time_limit
 from envs.mujoco.task import MujocoTask, PhysicsView, rows_finite
 
 
@@ -129,6 +129,9 @@ class MujocoNpEnv(NpEnv):
         self._state = np.zeros((num_envs, self.nstate))
         self._sensordata = np.zeros((num_envs, m.nsensordata))
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self._time_limit = np.full(num_envs, task.max_episode_steps, dtype=np.int64)
+        """each row's episode ends (truncated) when its length reaches this: the task's limit, unless
+        `truncate_after` shortened the running episode"""
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._obs = np.zeros((num_envs, 0), dtype=np.float32)
         self.physics_failures_total = 0
@@ -216,6 +219,7 @@ class MujocoNpEnv(NpEnv):
         if self.reset_log is not None:
             self.reset_log.append((np.array(env_ids, dtype=np.int64), np.array(states, copy=True)))
         self._episode_length[env_ids] = 0
+        self._time_limit[env_ids] = self.task.max_episode_steps
         self._episode_return[env_ids] = 0.0
         return self._view(states, sensordata)
 
@@ -257,6 +261,9 @@ class MujocoNpEnv(NpEnv):
         self._obs[env_ids] = first
         return {ACTOR_OBS_KEY: first}
 
+    def truncate_after(self, env_ids: np.ndarray, steps: np.ndarray) -> None:
+        self._time_limit[env_ids] = self._episode_length[env_ids] + checked_steps(steps, len(env_ids))
+
     def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray, act: np.ndarray | None = None) -> NpEnvState:
         """Place every env at the given (qpos, qvel[, act]) with time 0 (parity tests use this)."""
         self._reset_rows(np.arange(self.num_envs, dtype=np.int32), self.states_from(qpos, qvel, act))
@@ -270,6 +277,7 @@ class MujocoNpEnv(NpEnv):
             "state": self._state.copy(),
             "sensordata": self._sensordata.copy(),
             "episode_length": self._episode_length.copy(),
+            "time_limit": self._time_limit.copy(),
             "episode_return": self._episode_return.copy(),
             "obs": self._obs.copy(),
             "ahead": self._ahead[self._ahead_pos :].copy(),
@@ -282,6 +290,7 @@ class MujocoNpEnv(NpEnv):
         self._state = np.array(snapshot["state"], dtype=np.float64, copy=True)
         self._sensordata = np.array(snapshot["sensordata"], dtype=np.float64, copy=True)
         self._episode_length = np.array(snapshot["episode_length"], dtype=np.int64, copy=True)
+        self._time_limit = restored_time_limit(snapshot, self.task.max_episode_steps)
         self._episode_return = np.array(snapshot["episode_return"], dtype=np.float64, copy=True)
         self._obs = np.array(snapshot["obs"], dtype=np.float32, copy=True)
         self._ahead = np.array(snapshot.get("ahead", np.zeros((0, self.nstate))), dtype=np.float64, copy=True)
@@ -343,7 +352,7 @@ class MujocoNpEnv(NpEnv):
         healthy = task.is_healthy(view)
         terminated = task.terminated(healthy) & ~failed
         self._episode_length += 1
-        truncated = ((self._episode_length >= task.max_episode_steps) & ~terminated) | failed
+        truncated = ((self._episode_length >= self._time_limit) & ~terminated) | failed
         obs = task.observe(view)
 
         # ndarray.nonzero is one C call (as for the finished rows below); ndarray.any goes through Python first

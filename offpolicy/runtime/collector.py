@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.core import NpEnv
 from offpolicy.affinity import thread_affinities
 from offpolicy.runtime.collector_faults import CollectorFaults
 from offpolicy.runtime.collector_phases import PhaseRecorder, TickTimes
@@ -144,6 +145,11 @@ class CollectorConfig:
 
     work_dir: str | None = None
     """the run dir (absolute): MuJoCo's MUJOCO_LOG.TXT lands there (the working directory stays as it is)"""
+    stagger_rows: int = 0
+    """`env.stagger_starts`: the first episodes of rows 0..stagger_rows-1 (the training rows) end after lengths
+    drawn uniformly from 1 to the time limit (0: every row's first episode runs its full length)"""
+    stagger_seed: int = 0
+    """seeds those lengths (the run's seed)"""
 
 
 def isolation_report(env: Any) -> dict[str, Any]:
@@ -233,6 +239,8 @@ class _Session:
 def _serve(conn: Any, cfg: CollectorConfig, session: _Session) -> None:
     """Build the env, run the handshake and the tick loop, say goodbye."""
     session.env = cfg.env_factory.build(cfg.collector_cpus)
+    if cfg.stagger_rows:
+        check_can_stagger(session.env)
     if cfg.work_dir is not None:
         point_mujoco_log_at(cfg.work_dir)
     faults = CollectorFaults(cfg.raise_at_tick, cfg.hang_at_tick, cfg.step_delay_s)
@@ -247,6 +255,29 @@ def _serve(conn: Any, cfg: CollectorConfig, session: _Session) -> None:
     session.loop = TickLoop(env, session.segment, ring_slots, cfg, faults)
     ticks = session.loop.run()
     conn.send(("bye", {"ticks": ticks, **isolation_report(env), "trace": session.trace}))
+
+
+STAGGER_STREAM = 0x57A6
+"""the staggered lengths' generator is seeded with (run seed, this): apart from every other draw of the run"""
+
+
+def check_can_stagger(env: Any) -> None:
+    """Refuse `env.stagger_starts` on an env that cannot shorten a running episode (no `truncate_after` of its
+    own), and on one without a time limit to draw the lengths under, before the first tick."""
+    own = getattr(type(env), "truncate_after", NpEnv.truncate_after) is not NpEnv.truncate_after
+    if not own or not env.spec.max_episode_steps:
+        name = getattr(env.spec, "name", "?")
+        lacks = "truncate_after" if not own else "a time limit (spec.max_episode_steps)"
+        raise ValueError(
+            f"env.stagger_starts: env {name!r} ({type(env).__name__}) cannot shorten its first episodes: it lacks "
+            f"{lacks}; leave env.stagger_starts false for this env"
+        )
+
+
+def staggered_lengths(rows: int, max_episode_steps: int, seed: int) -> np.ndarray:
+    """The first episodes' lengths of `rows` staggered rows: uniform over 1..max_episode_steps, from the run's seed
+    (a stream of its own: the env's resets draw exactly what they draw without staggering)."""
+    return np.random.default_rng([seed, STAGGER_STREAM]).integers(1, max_episode_steps + 1, size=rows)
 
 
 def _report_failure(conn: Any, session: _Session, exc: BaseException) -> None:
@@ -292,6 +323,7 @@ class TickLoop:
         self.ring = IngressRing(segment, self.obs_keys, ring_slots)
         self.waiter = Waiter(segment, cfg.spin_us, cfg.poll_s)
         self.num_ticks = cfg.num_ticks
+        self.stagger_rows, self.stagger_seed = cfg.stagger_rows, cfg.stagger_seed
         self.parent_pid = cfg.parent_pid
         self.faults = faults
         self.trace: list[tuple[str, int, int, int]] = []
@@ -332,6 +364,10 @@ class TickLoop:
         """Reset the env and publish its first observations as tick 0's, every row flagged as reset."""
         self.control[COLLECTOR_STATE] = CollectorState.RUNNING
         state = self.env.reset()
+        if self.stagger_rows:  # before the first publish: tick 0's observations are the same either way
+            rows = np.arange(self.stagger_rows, dtype=np.int32)
+            lengths = staggered_lengths(self.stagger_rows, self.env.spec.max_episode_steps, self.stagger_seed)
+            self.env.truncate_after(rows, lengths)
         self.prev_obs = {k: np.array(state.obs[k], dtype=np.float32, copy=True) for k in self.obs_keys}
         for k in self.obs_keys:
             self.obs_slot[k][:] = state.obs[k]

@@ -58,6 +58,9 @@ class FaultInjectingEnv:
     def reset_rows(self, rows: Any) -> Any:
         return self.env.reset_rows(rows)
 
+    def truncate_after(self, rows: Any, steps: Any) -> None:
+        self.env.truncate_after(rows, steps)
+
     def step(self, actions: Any) -> Any:
         tick, self.steps = self.steps, self.steps + 1
         if tick == self.raise_at_tick:

@@ -333,6 +333,8 @@ class Runner:
             if record.ticks <= 0
             else RecordWindow(str(self.run_dir / "record.npz"), record.start_tick, record.ticks, record.start_s),
             work_dir=str(self.run_dir.resolve()),
+            stagger_rows=self.num_envs if self.config.env.stagger_starts else 0,
+            stagger_seed=self.config.seed,
         )
 
     def _open_collector(self, collector_side: ExitStack) -> tuple[CollectorProcess, Watchdog | None, ExitStack]:

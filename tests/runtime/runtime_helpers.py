@@ -77,6 +77,25 @@ def train_cli(run_dir: Path, *overrides: str, timeout: float = 240) -> subproces
     return subprocess.run(cmd, cwd=run_dir.parent, env=cli_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def refused_fake_run(run_dir: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, str]:
+    """A short CLI run of the stand-in on the fake env (no evaluation, no logger) that `overrides` must make fail:
+    the finished process and its one `[offpolicy] run failed` line (asserted: exit status 3, exactly one)."""
+    done = train_cli(
+        run_dir,
+        *STANDIN_CLI,
+        "+runtime.env_factory=fake_env:make",
+        "train.total_env_steps=200",
+        "logger=none",
+        "eval.num_envs=0",
+        "eval.final=false",
+        *overrides,
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("[offpolicy] run failed")]
+    assert len(lines) == 1, done.stderr[-2000:]
+    return done, lines[0]
+
+
 def run_in_process(cfg, run_dir: Path, algorithm_factory=None):
     """Run the runner in this process (the collector is still a spawned process) and return it."""
     from offpolicy.runtime.runner import Runner
