@@ -9,7 +9,9 @@ timing only the pool calls, so both do the same physics and the ratio isolates
 NpEnv's own work. Blocks of the two alternate to cancel drift (thermal, other
 load). Each task row also gives the physics time of one vector step and of one
 full reset of every env (what each episode boundary costs: DMC episodes all end
-together, at step 1000).
+together, at step 1000) and of one-row resets, what the same episodes cost per
+step when their starts are staggered (`env.stagger_starts`: about one row in
+max_episode_steps / num_envs starts an episode on every step, in a reset of its own).
 
     python -m benchmark.env.benchmark_np_env_overhead --tasks ant humanoid hopper --num-envs 1024 --cpus 2-15
     python -m benchmark.env.benchmark_np_env_overhead --suite dmc --num-envs 1024 --cpus 2-15
@@ -59,6 +61,8 @@ BLOCKS = {"gymnasium": (50, 8), "dmc": (None, 4)}
 """default (steps per block, blocks) per suite; None: as many steps as fit in --block-seconds"""
 
 
+ROW_RESETS = 20
+"""one-row resets timed per task (their median is `reset_row_ms`)"""
 POOLS = ("pool", "sensor_pool", "reset_pool")
 """the env's pools: physics, and for DMC tasks the sensor refresh and the reset sensors"""
 
@@ -149,6 +153,15 @@ def measure(
     for a in warmup[1:]:
         env.step(a)
     steps = steps_per_block((time.perf_counter() - t0) / (len(warmup) - 1), block_seconds, steps)
+    # staggered starts (`env.stagger_starts`): about num_envs / max_episode_steps rows start an episode on
+    # every step, each in a reset of its own, instead of every row at once per max_episode_steps steps
+    row_resets = []
+    for row in range(min(ROW_RESETS, num_envs)):
+        t0 = time.perf_counter()
+        env.reset_rows(np.array([row], dtype=np.int32))
+        row_resets.append(time.perf_counter() - t0)
+    reset_row_s = float(np.median(row_resets))
+    episode = env.spec.max_episode_steps
     actions = rng.uniform(low, high, size=(steps, num_envs, env.spec.action_dim)).astype(np.float32)
     bare = {name: getattr(env, name) for name in POOLS if getattr(env, name, None) is not None}
     np_env_s = bare_s = bare_forward_s = 0.0
@@ -213,6 +226,11 @@ def measure(
         "np_env_steps_per_s": n / np_env_s,
         # a reset of every env
         "reset_all_ms": 1e3 * reset_all_s,
+        # resets per vector step, spread over an episode: every row at once (`reset_all_ms` per episode) against
+        # staggered rows (num_envs / max_episode_steps one-row resets a step, `reset_row_ms` each)
+        "reset_row_ms": 1e3 * reset_row_s,
+        "synchronised_reset_ms_per_vector_step": 1e3 * reset_all_s / episode,
+        "staggered_reset_ms_per_vector_step": 1e3 * reset_row_s * num_envs / episode,
         # where NpEnv's time goes: inside pool.step, pool.forward, pool.reset (batched sparse reset), numpy/Python
         "share_pool_step": inside["step"] / np_env_s,
         "share_pool_forward": inside["forward"] / np_env_s,
@@ -236,6 +254,8 @@ def measure(
         "bare_share_forward": bare_forward_s / bare_s,
         # per 1000-step episode a reset of every env adds reset_all_ms / (1000 * step time)
         "reset_share_per_1000_steps": reset_all_s * 1e3 / (1000 * bare_step_ms),
+        # the same with staggered starts: one-row resets spread over the episode, per physics step
+        "staggered_reset_share": row["staggered_reset_ms_per_vector_step"] / bare_step_ms,
     }
 
 
@@ -274,7 +294,9 @@ def main() -> None:
             f"{row['task_side_ms_block_median']:.3f}, pool.reset {row['task_side_pool_reset_ms_per_vector_step']:.3f})"
             f" = {100 * row['task_side_over_physics']:.2f}% of its physics; on the critical path "
             f"{row['critical_task_side_ms_per_vector_step']:.3f}, deferred {row['deferred_ms_per_vector_step']:.3f}"
-            f" on {100 * row['deferred_step_share']:.0f}% of steps)"
+            f" on {100 * row['deferred_step_share']:.0f}% of steps); resets a step: synchronised "
+            f"{row['synchronised_reset_ms_per_vector_step']:.3f} ms, staggered {row['staggered_reset_ms_per_vector_step']:.3f}"
+            f" ms (one row {row['reset_row_ms']:.3f} ms)"
         )
         if args.task_side:
             print(f"{task:18s} envs={row['num_envs']} cpus={row['cpus']} {task_side}", flush=True)

@@ -34,3 +34,9 @@ def test_dmc_row_replays_the_sensor_pool_too():
     # the critical-path overhead leaves the deferred part out of NpEnv's time against the same bare physics
     critical = (row["np_env_ms_per_vector_step"] - row["deferred_ms_per_vector_step"]) / row["bare_ms_per_vector_step"]
     assert abs(row["critical_overhead"] - (critical - 1.0)) < 1e-9 and row["critical_overhead"] < row["overhead"]
+    # resets per step over a 1000-step episode: all 4 rows at once per episode, or 4 one-row resets spread over it
+    assert row["reset_row_ms"] > 0.0
+    assert abs(row["synchronised_reset_ms_per_vector_step"] - row["reset_all_ms"] / 1000) < 1e-12
+    assert abs(row["staggered_reset_ms_per_vector_step"] - 4 * row["reset_row_ms"] / 1000) < 1e-12
+    share = row["staggered_reset_ms_per_vector_step"] / row["bare_ms_per_vector_step"]
+    assert abs(row["staggered_reset_share"] - share) < 1e-12
