@@ -102,6 +102,36 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
 
 
 @pytest.mark.serial
+def test_a_window_of_staggered_first_episodes_replays_exactly(tmp_path):
+    """`env.stagger_starts` on a task that never terminates: the window starts at tick 0, so the shortened first
+    episodes end inside it, at ticks only the snapshot's time limits tell NpEnv's replay."""
+    overrides = [
+        "env=dmc_cheetah_run",
+        "env.num_envs=8",
+        "env.stagger_starts=true",
+        "+env.options.max_episode_steps=20",
+        "eval.num_envs=0",
+        "eval.final=false",
+        "train.total_env_steps=320",
+        "train.learning_starts=0",
+        "logger=none",
+        "algo.batch_size=32",
+        "algo.actor_hidden_dim=16",
+        "algo.critic_hidden_dim=16",
+        "checkpoint.interval_env_steps=0",
+        "+runtime.record.start_tick=0",
+        "+runtime.record.ticks=30",
+    ]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    Runner(cfg, tmp_path).run()
+    rec = load_record(tmp_path / "record.npz")
+    first = rec["reset_ticks"][0]
+    assert rec["reset_counts"].sum() > 8 and first < 19, "staggered: resets before the limit's tick, then more"
+    result = replay_run(tmp_path, busy_cpus=[0])
+    assert result["replay_obs_max_abs_diff"] == 0.0 and result["replay_states_agree"]
+
+
 def test_kept_busy_cpus_really_spin():
     """The spinners behind `replay_run(busy_cpus=...)` never sleep or block: runnable at (nearly) every look for
     1 s, (nearly) no voluntary context switch, CPU time used. How much CPU they get depends on what else runs on

@@ -16,9 +16,9 @@ from offpolicy.runtime.collector import staggered_lengths
 LIMIT, TRAIN_ROWS, EVAL_ROWS, TICKS, SEED = 20, 8, 2, 45, 3
 
 
-def reset_ticks(tmp_path, stagger: bool) -> dict[int, list[int]]:
+def reset_ticks(tmp_path, stagger: bool) -> tuple[dict[int, list[int]], np.ndarray]:
     """Per row, the ticks after whose step the row started a new episode (tick t ends an episode of t + 1 steps
-    when the row started at tick 0)."""
+    when the row started at tick 0); and the rows' time limits in the env snapshot the window starts from."""
     cfg = make_cfg(
         seed=SEED,
         env={
@@ -40,15 +40,19 @@ def reset_ticks(tmp_path, stagger: bool) -> dict[int, list[int]]:
     for tick, count in zip(rec["reset_ticks"], rec["reset_counts"], strict=True):
         for _ in range(count):
             out[int(next(rows))].append(int(tick))
-    return dict(out)
+    return dict(out), rec["snapshot/time_limit"]
 
 
 def test_staggered_starts_spread_the_first_episodes_and_leave_the_rest_alone(tmp_path):
-    off = reset_ticks(tmp_path, stagger=False)
+    off, limits = reset_ticks(tmp_path, stagger=False)
+    assert limits.tolist() == [LIMIT] * (TRAIN_ROWS + EVAL_ROWS)
     assert off == {row: [LIMIT - 1, 2 * LIMIT - 1] for row in range(TRAIN_ROWS + EVAL_ROWS)}
 
-    on = reset_ticks(tmp_path, stagger=True)
+    on, limits = reset_ticks(tmp_path, stagger=True)
     lengths = staggered_lengths(TRAIN_ROWS, LIMIT, SEED)
+    # the window starts from the env as tick 0 stepped it: the shortened limits are in its snapshot (a replay
+    # of the window restores them)
+    assert limits.tolist() == [*lengths.tolist(), *[LIMIT] * EVAL_ROWS]
     assert lengths.min() >= 1 and lengths.max() <= LIMIT and len(set(lengths.tolist())) > 1
     for row in range(TRAIN_ROWS):
         first = int(lengths[row]) - 1
