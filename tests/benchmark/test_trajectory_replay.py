@@ -22,9 +22,27 @@ if str(REPO) not in sys.path:
 from benchmark.offpolicy.check_timeline import collector_serial  # noqa: E402
 from benchmark.offpolicy.trajectory_replay import load_record, replay_run  # noqa: E402
 
+SMALL_FASTSAC = [
+    "train.learning_starts=0",
+    "logger=none",
+    "algo.batch_size=32",
+    "algo.actor_hidden_dim=16",
+    "algo.critic_hidden_dim=16",
+    "checkpoint.interval_env_steps=0",
+]
+"""a tiny FastSAC that learns from the first tick, with no logger and no periodic checkpoints"""
+
+
+def small_run(run_dir: Path, *overrides: str) -> None:
+    """`SMALL_FASTSAC` plus `overrides`, run in this process (the collector is still its own process)."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*SMALL_FASTSAC, *overrides])
+    Runner(cfg, run_dir).run()
+
 
 def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_on_the_timeline(tmp_path):
-    overrides = [
+    small_run(
+        tmp_path,
         "env=hopper",  # early terminations: automatic resets inside the window
         "env.num_envs=12",
         "+env.options.max_episode_steps=15",  # short episodes: several snapshot evaluations in the window
@@ -34,19 +52,10 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
         "eval.interval_env_steps=60",  # snapshot evaluations: requested resets inside the window
         "eval.final=false",
         "train.total_env_steps=1200",
-        "train.learning_starts=0",
-        "logger=none",
-        "algo.batch_size=32",
-        "algo.actor_hidden_dim=16",
-        "algo.critic_hidden_dim=16",
-        "checkpoint.interval_env_steps=0",
         "runtime.trace=true",
         "+runtime.record.start_tick=30",
         "+runtime.record.ticks=50",
-    ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    Runner(cfg, tmp_path).run()
+    )
     rec = load_record(tmp_path / "record.npz")
     assert rec["actions"].shape == (50, 15, 3) and rec["obs"].shape[:2] == (50, 15)
     assert rec["reset_counts"].sum() > 0 and len(rec["forced_ticks"]) > 0, "the window holds both kinds of reset"
@@ -105,7 +114,8 @@ def test_a_recorded_window_replays_exactly_with_its_resets_and_the_collector_is_
 def test_a_window_of_staggered_first_episodes_replays_exactly(tmp_path):
     """`env.stagger_starts` on a task that never terminates: the window starts at tick 0, so the shortened first
     episodes end inside it, at ticks only the snapshot's time limits tell NpEnv's replay."""
-    overrides = [
+    small_run(
+        tmp_path,
         "env=dmc_cheetah_run",
         "env.num_envs=8",
         "env.stagger_starts=true",
@@ -113,18 +123,9 @@ def test_a_window_of_staggered_first_episodes_replays_exactly(tmp_path):
         "eval.num_envs=0",
         "eval.final=false",
         "train.total_env_steps=320",
-        "train.learning_starts=0",
-        "logger=none",
-        "algo.batch_size=32",
-        "algo.actor_hidden_dim=16",
-        "algo.critic_hidden_dim=16",
-        "checkpoint.interval_env_steps=0",
         "+runtime.record.start_tick=0",
         "+runtime.record.ticks=30",
-    ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    Runner(cfg, tmp_path).run()
+    )
     rec = load_record(tmp_path / "record.npz")
     first = rec["reset_ticks"][0]
     assert rec["reset_counts"].sum() > 8 and first < 19, "staggered: resets before the limit's tick, then more"
