@@ -10,8 +10,8 @@ NpEnv's own work. Blocks of the two alternate to cancel drift (thermal, other
 load). Each task row also gives the physics time of one vector step and of one
 full reset of every env (what each episode boundary costs: DMC episodes all end
 together, at step 1000) and of one-row resets, what the same episodes cost per
-step when their starts are staggered (`env.stagger_starts`: about one row in
-max_episode_steps / num_envs starts an episode on every step, in a reset of its own).
+step when their starts are staggered (`env.stagger_starts`: about num_envs /
+max_episode_steps rows start an episode on every step, each in a reset of its own).
 
     python -m benchmark.env.benchmark_np_env_overhead --tasks ant humanoid hopper --num-envs 1024 --cpus 2-15
     python -m benchmark.env.benchmark_np_env_overhead --suite dmc --num-envs 1024 --cpus 2-15
