@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from statistics import median
 from typing import ClassVar
@@ -144,13 +145,40 @@ def stability_cell(run: Path, target: float | None) -> str:
             f"(>= 0.95 x: {round(got['held_fraction_95'] * n)}/{n}), worst {got['worst_after']:,.0f}")  # fmt: skip
 
 
+@cache
+def default_actor(algo: str, env: str) -> str:
+    """The weights a run of `algo` on `env` evaluates with at the current defaults (`conf/`, its `algo_env`
+    file included): `averaged` where `algo.policy_ema` is on, else `raw`."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"algo={algo}", f"env={env}"])
+    return "averaged" if cfg.algo.policy_ema else "raw"
+
+
+def actor_cell(run: Path, final: dict) -> str:
+    """Which weights the run's snapshots and final checkpoint were scored with, and today's default where it
+    differs: the row was made before the default changed. A run from before `algo.policy_ema` existed (its
+    eval file names no actor and its config has no such key) acted with the raw actor."""
+    actor = final.get("actor")
+    if actor is None:
+        from omegaconf import OmegaConf
+
+        config = run / "config_resolved.yaml"
+        algo = OmegaConf.load(config).get("algo", {}) if config.exists() else {}
+        actor = "averaged" if algo.get("policy_ema", False) else "raw"
+    now = default_actor(final["algo"], final["env"])
+    return actor if actor == now else f"{actor} (default now {now})"
+
+
 def seeds_table(runs: Path, episode_steps: int, targets: dict[str, float] | None = None) -> str:
-    """One row per run folder: its final snapshot's episodes, the offline re-scores of its final checkpoint and
-    how its snapshots held the task's target once first reached (`stability_cell`)."""
+    """One row per run folder: the weights it was scored with (`actor_cell`), its final snapshot's episodes, the
+    offline re-scores of its final checkpoint and how its snapshots held the task's target once first reached
+    (`stability_cell`)."""
     targets = targets or {}
-    head = ("| algo | task | seed | env steps | final snapshot: mean, median [worst episode] | offline re-score of "
-            "the final checkpoint: mean, median [worst episode] | snapshots at the target after first reaching it "
-            "(at 0.95 x target), worst snapshot median after |")  # fmt: skip
+    head = ("| algo | task | seed | actor | env steps | final snapshot: mean, median [worst episode] | offline "
+            "re-score of the final checkpoint: mean, median [worst episode] | snapshots at the target after first "
+            "reaching it (at 0.95 x target), worst snapshot median after |")  # fmt: skip
     rows = []
     for summary_path in sorted(runs.glob("*/summary.json")):
         summary = json.loads(summary_path.read_text())
@@ -159,11 +187,12 @@ def seeds_table(runs: Path, episode_steps: int, targets: dict[str, float] | None
         rescores = [
             f"{ref}: {_episodes(stats, episode_steps)}" for ref, stats in (final.get("reference") or {}).items()
         ]
-        cells = [final["algo"], final["env"], seed, f"{summary['env_steps'] / 1e6:.1f} M",
+        cells = [final["algo"], final["env"], seed, actor_cell(summary_path.parent, final),
+                 f"{summary['env_steps'] / 1e6:.1f} M",
                  _episodes(summary["snapshot_eval"], episode_steps), "; ".join(rescores) or "n/a",
                  stability_cell(summary_path.parent, targets.get(final["env"]))]  # fmt: skip
         rows.append((final["algo"], final["env"], int(seed), "| " + " | ".join(cells) + " |"))
-    lines = [head, "| --- | --- | ---: | ---: | --- | --- | --- |"] + [row[-1] for row in sorted(rows)]
+    lines = [head, "| --- | --- | ---: | --- | ---: | --- | --- | --- |"] + [row[-1] for row in sorted(rows)]
     return "\n".join(lines) + "\n"
 
 

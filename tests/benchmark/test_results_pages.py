@@ -54,9 +54,32 @@ def test_seeds_table_counts_episodes_that_ended_before_the_time_limit(tmp_path):
     # seeds sort as numbers (2 before 10); 999 steps of 1000 is an episode that ended early, and so is each of
     # a re-score whose episodes all ended early (the longest of them is no time limit)
     assert lines[2:] == [
-        "| fastsac | ant | 2 | 12.3 M | 900, 951 [120] (2 of 3 ended early) | gymnasium: 900, 951 [120] (3 of 3 ended early) | n/a |",
-        "| fastsac | ant | 10 | 12.3 M | 900, 951 [120] (1 of 3 ended early) | gymnasium: 900, 951 [120] | n/a |",
+        "| fastsac | ant | 2 | raw | 12.3 M | 900, 951 [120] (2 of 3 ended early) | gymnasium: 900, 951 [120] (3 of 3 ended early) | n/a |",
+        "| fastsac | ant | 10 | raw | 12.3 M | 900, 951 [120] (1 of 3 ended early) | gymnasium: 900, 951 [120] | n/a |",
     ]
+
+
+def test_the_actor_column_says_which_weights_a_row_acted_with_and_when_the_default_has_changed_since(tmp_path):
+    """The weights come from the eval file, or for runs whose eval file names none from their config (none
+    there: the run predates the averaged policy, so the raw actor). Today's default is read from `conf/` with
+    the algo_env file: FastSAC dog-run averages (conf/algo_env/fastsac_dmc_dog_run.yaml) while conf/algo/fastsac.yaml
+    does not, and FlashSAC humanoid-run does not."""
+
+    def run(name, algo, env, actor=None, config=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        final = {"algo": algo, "env": env} | ({"actor": actor} if actor else {})
+        if config is not None:
+            (folder / "config_resolved.yaml").write_text(config)
+        return results_pages.actor_cell(folder, final)
+
+    assert run("a", "fastsac", "dmc_dog_run", actor="raw") == "raw (default now averaged)"
+    assert run("b", "fastsac", "dmc_dog_run", actor="averaged") == "averaged"
+    assert run("c", "fastsac", "dmc_dog_run", config="algo:\n  policy_ema: true\n") == "averaged"
+    assert run("d", "fastsac", "dmc_dog_run", config="algo:\n  lr: 0.0003\n") == "raw (default now averaged)"
+    assert run("e", "fastsac", "dmc_humanoid_run", config="algo:\n  lr: 0.0003\n") == "raw"
+    assert run("f", "flashsac", "dmc_humanoid_run", actor="averaged") == "averaged (default now raw)"
+    assert run("g", "flashsac", "dmc_dog_trot") == "raw (default now averaged)"
 
 
 def _metrics(run, snapshots):
